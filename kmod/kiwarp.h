@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kiwarp internal declarations shared by the module's files.
+ *
+ * Objects and their owners:
+ *   main.c   module init/exit, the misc device
+ *   dev.c    struct kw_ctx (one per open file): ioctl dispatch, mmap, poll,
+ *            read (CQ events), release
+ *   mem.c    protection domains, memory regions (pinning, STag table)
+ *   cq.c     completion queues (mmap'd CQE ring, arming, events)
+ *   qp.c     queue pairs: rings, WR processing, state machine (qp.h)
+ *   cm.c     connection management: socket takeover, MPA exchange, listen
+ *   rx.c     receive path: TCP read_sock actor -> sans-I/O parser -> placement
+ *   tx.c     transmit path: FPDUs from pinned pages via sendpage
+ *   mpa.c ddp.c rdmap.c   sans-I/O protocol core (iwarp.h)
+ */
+#ifndef KW_KIWARP_H
+#define KW_KIWARP_H
+
+#include <linux/types.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/xarray.h>
+#include <linux/kref.h>
+#include <linux/wait.h>
+#include <linux/kfifo.h>
+#include <linux/mm_types.h>
+#include <linux/refcount.h>
+
+#include "../uapi/linux/kiwarp.h"
+#include "iwarp.h"
+
+#define KW_MAX_PD	1024
+#define KW_MAX_MR	65536
+#define KW_MAX_CQ	1024
+#define KW_MAX_QP	1024
+#define KW_MAX_QP_WR	4096
+#define KW_MAX_CQE	65536
+#define KW_MAX_IRD	128
+#define KW_MAX_ORD	128
+#define KW_MAX_MR_SIZE	(1ULL << 32)	/* TOs within one MR fit u32 math */
+
+/* mmap offset encoding: ((kind << 32) | handle) << PAGE_SHIFT */
+enum kw_mmap_kind {
+	KW_MMAP_CQ = 1,
+	KW_MMAP_SQ = 2,
+	KW_MMAP_RQ = 3,
+};
+#define KW_MMAP_OFFSET(kind, handle) \
+	((((u64)(kind) << 32) | (u64)(handle)) << PAGE_SHIFT)
+
+/* One per open /dev/kiwarp file. */
+struct kw_ctx {
+	/*
+	 * lock protects: membership of the object tables below and the
+	 * cross-object use counts (kw_pd.users, kw_cq.users). Never held
+	 * across a blocking network operation (MPA exchange, accept).
+	 */
+	struct mutex lock;
+	struct xarray pds;	/* handle -> struct kw_pd */
+	struct xarray mrs;	/* handle -> struct kw_mr */
+	struct xarray cqs;	/* handle -> struct kw_cq */
+	struct xarray qps;	/* handle -> struct kw_qp (qp.c) */
+	struct xarray listeners;	/* handle -> struct kw_listener (cm.c) */
+
+	/* CQ event channel: handles of CQs that fired while armed. */
+	spinlock_t ev_lock;	/* protects ev_fifo */
+	DECLARE_KFIFO(ev_fifo, u32, 1024);
+	wait_queue_head_t ev_wait;	/* poll()/read() sleepers */
+
+	struct mm_struct *mm;	/* mmgrab'ed: memlock accounting */
+	bool dying;		/* release() started */
+};
+
+struct kw_pd {
+	u32 handle;
+	u32 id;			/* device-wide unique, used in STag checks */
+	u32 users;		/* MRs + QPs, under ctx->lock */
+	struct kw_ctx *ctx;
+};
+
+/*
+ * A registered memory region. Looked up by STag from any context (softirq
+ * receive, tx worker, ioctl) under RCU with kw_mr_get(); the reference keeps
+ * the pages pinned. Deregistration removes the STag from the table, then
+ * drops the table's reference; pages are unpinned at the last put.
+ */
+struct kw_mr {
+	struct kref ref;
+	struct rcu_head rcu;
+	u32 handle;
+	u32 stag;
+	u32 pd_id;
+	u32 access;		/* KIWARP_ACCESS_* */
+	bool valid;		/* READ_ONCE/WRITE_ONCE: cleared by invalidate */
+	u64 addr;		/* base TO == user VA */
+	u64 len;
+	unsigned int page_off;	/* addr & ~PAGE_MASK */
+	unsigned long npages;
+	struct page **pages;
+	struct mm_struct *mm;	/* accounted mm (pinned_vm) */
+	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
+	struct kw_ctx *ctx;
+};
+
+/*
+ * A completion queue. CQEs are produced from softirq (receive path) and
+ * process context (tx worker, flush).
+ */
+struct kw_cq {
+	u32 handle;
+	u32 users;		/* QPs bound, under ctx->lock */
+	spinlock_t lock;	/* protects kprod, ring writes, armed */
+	u32 entries;		/* power of two */
+	u32 kprod;		/* the kernel's own producer index */
+	u8 armed;		/* 0, or 1 + KIWARP_ARM_* */
+	bool overflow;
+	void *mem;		/* vmalloc_user: header page + ring */
+	size_t mem_size;
+	u32 *prod, *cons;	/* in mem */
+	struct kiwarp_cqe *ring;	/* in mem */
+	struct kw_ctx *ctx;
+};
+
+/* ---- dev.c */
+int kw_dev_init(void);
+void kw_dev_exit(void);
+
+/* ---- mem.c */
+int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+int kw_pd_dealloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+struct kw_pd *kw_pd_lookup(struct kw_ctx *ctx, u32 handle); /* ctx->lock held */
+int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg);
+int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+void kw_mr_destroy_all(struct kw_ctx *ctx);
+void kw_pd_destroy_all(struct kw_ctx *ctx);
+/* Lookup by STag from any context; NULL if unknown. */
+struct kw_mr *kw_mr_get(u32 stag);
+void kw_mr_put(struct kw_mr *mr);
+/* Fill the core's view of mr (validity, bounds, access, PD). */
+void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v);
+/* Copy to/from the pinned pages at byte offset off from mr->addr. The
+ * caller has checked bounds. Safe in softirq (kmap_local_page). */
+void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len);
+void kw_mr_copy_from(struct kw_mr *mr, u64 off, void *dst, size_t len);
+/* Page and in-page offset holding byte off; *avail = bytes to page end. */
+struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
+			unsigned int *avail);
+/*
+ * Invalidate stag (local LOCAL_INV, or remote Send with Invalidate). Fails
+ * with -ENOENT (unknown), -EACCES (other PD), -EINVAL (already invalid).
+ */
+int kw_mr_invalidate(u32 stag, u32 pd_id);
+int kw_mem_init(void);
+void kw_mem_exit(void);
+
+/* ---- cq.c */
+int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg);
+int kw_cq_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+int kw_cq_arm(struct kw_ctx *ctx, struct kiwarp_arm_cq *arg);
+struct kw_cq *kw_cq_lookup(struct kw_ctx *ctx, u32 handle); /* ctx->lock held */
+int kw_cq_mmap(struct kw_cq *cq, struct vm_area_struct *vma);
+void kw_cq_destroy_all(struct kw_ctx *ctx);
+/*
+ * Append one CQE; any context. Returns 0, or -ENOSPC if the ring is full
+ * (the CQE is dropped, cq->overflow set; the caller moves the QP to ERROR).
+ * Wakes the event channel if armed (solicited: only for solicited or error).
+ */
+int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited);
+
+/* ---- qp.c / cm.c (see qp.h) */
+struct kw_qp;
+int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg);
+int kw_qp_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg);
+int kw_qp_modify(struct kw_ctx *ctx, struct kiwarp_modify_qp *arg);
+int kw_qp_mmap(struct kw_ctx *ctx, u32 handle, enum kw_mmap_kind kind,
+	       struct vm_area_struct *vma);
+void kw_qp_destroy_all(struct kw_ctx *ctx);
+int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg);
+int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg);
+int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg);
+int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg);
+int kw_cm_listen_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+void kw_cm_listen_destroy_all(struct kw_ctx *ctx);
+int kw_qp_init(void);
+void kw_qp_exit(void);
+
+/* Zero-check helper for reserved ABI fields. */
+static inline bool kw_mem_is_zero(const void *p, size_t len)
+{
+	const u8 *b = p;
+
+	while (len--)
+		if (*b++)
+			return false;
+	return true;
+}
+
+#endif /* KW_KIWARP_H */

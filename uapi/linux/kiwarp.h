@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR BSD-2-Clause) */
+/*
+ * kiwarp: kernel software iWARP (RDMAP/DDP/MPA over TCP) — user/kernel ABI.
+ *
+ * OVERVIEW
+ *
+ * Opening /dev/kiwarp gives a *context*. Every object (protection domain,
+ * memory region, completion queue, queue pair, listener) belongs to the
+ * context that created it and is named by a __u32 handle that is only
+ * meaningful within that context. Closing the file descriptor (or process
+ * death) destroys every object of the context, flushes outstanding work and
+ * unpins all registered memory.
+ *
+ * All structures have fixed-size fields and are 64-bit aligned; pointers
+ * travel as __u64. Every field named "reserved"/"pad" and every flag bit not
+ * defined here must be zero, or the ioctl fails with -EINVAL. Every ioctl
+ * returns 0 or -1 with errno set (the library turns that into -errno).
+ *
+ * COMMANDS
+ *
+ * KIWARP_IOC_QUERY         Limits and the feature bitmask (KIWARP_FEAT_*).
+ *                          User space must test feature bits before using an
+ *                          extension; abi_version is KIWARP_ABI_VERSION.
+ * KIWARP_IOC_ALLOC_PD      Allocate a protection domain.
+ * KIWARP_IOC_DEALLOC_PD    Free a PD. -EBUSY while MRs or QPs use it.
+ * KIWARP_IOC_REG_MR        Pin [addr, addr+length) of the caller's memory
+ *                          (charged to RLIMIT_MEMLOCK unless CAP_IPC_LOCK) and
+ *                          return an STag. The STag is both the local key
+ *                          (lkey, used in scatter/gather entries) and the
+ *                          remote key (advertised to the peer). Its value is
+ *                          unpredictable. Tagged offsets are virtual addresses
+ *                          (TO == addr of the first byte). Access bits:
+ *                          KIWARP_ACCESS_*. Remote write requires local write.
+ * KIWARP_IOC_DEREG_MR      Invalidate and unpin. -EBUSY while a work request
+ *                          in flight still references it (retry after its
+ *                          completion).
+ * KIWARP_IOC_CREATE_CQ     Create a completion queue ring of at least
+ *                          `entries` CQEs; returns its mmap geometry.
+ * KIWARP_IOC_DESTROY_CQ    -EBUSY while a QP uses it.
+ * KIWARP_IOC_ARM_CQ        Request a wakeup (POLLIN on the context fd) at the
+ *                          next completion (or next solicited one).
+ * KIWARP_IOC_CREATE_QP     Create a queue pair (send + receive ring) in a PD
+ *                          bound to two CQs; returns its mmap geometry.
+ *                          The QP starts in KIWARP_QPS_IDLE.
+ * KIWARP_IOC_DESTROY_QP    Close the connection (abortively if WRs are in
+ *                          flight), flush, free.
+ * KIWARP_IOC_CONNECT       MPA initiator: turn a connected TCP socket into an
+ *                          iWARP stream (sockfd >= 0), or let the kernel
+ *                          connect to `addr` (sockfd == -1). Sends the MPA
+ *                          Request with the given private data, waits for the
+ *                          Reply (up to timeout_ms), returns the peer's
+ *                          private data and the negotiated parameters. QP goes
+ *                          to RTS. -ECONNREFUSED if the peer rejected (its
+ *                          private data is still returned), -ETIMEDOUT,
+ *                          -EPROTO on a malformed reply.
+ * KIWARP_IOC_ACCEPT        MPA responder, step 1: take a connected socket
+ *                          (sockfd >= 0) or the next connection of a listener
+ *                          (listen_handle, sockfd == -1), read the MPA Request
+ *                          and return its private data and parameters. The QP
+ *                          waits in KIWARP_QPS_MPA_REQ_RCVD.
+ * KIWARP_IOC_ACCEPT_REPLY  MPA responder, step 2: accept (send the Reply with
+ *                          private data, QP to RTS) or reject (Reply with the
+ *                          Reject flag, close, QP to ERROR).
+ * KIWARP_IOC_LISTEN        Kernel listening TCP socket on `addr`.
+ * KIWARP_IOC_DESTROY_LISTEN
+ * KIWARP_IOC_QP_DOORBELL   Consume newly produced send (and receive) ring
+ *                          entries. The kernel never trusts a ring index
+ *                          written by user space: it keeps its own copy and
+ *                          fails the QP (to ERROR) if the producer index
+ *                          claims more entries than the ring holds.
+ * KIWARP_IOC_QUERY_QP      QP state, negotiated parameters, the last
+ *                          Terminate sent and received (layer/type/code).
+ * KIWARP_IOC_MODIFY_QP     Move the QP to ERROR (flush) or start an orderly
+ *                          close.
+ *
+ * RINGS (mmap)
+ *
+ * Each ring is mapped with mmap(fd, offset = *_mmap_offset, length =
+ * *_mmap_size). Within the mapping, the producer index is a __u32 at
+ * `prod_off`, the consumer index a __u32 at `cons_off`, and `entries`
+ * (a power of two) entries start at `ring_off`. Indices are free-running
+ * (wrap at 2^32); the slot of index i is i & (entries - 1).
+ *  - SQ / RQ: user space produces struct kiwarp_wqe entries and stores prod
+ *    with release semantics; the kernel stores cons as it consumes.
+ *  - CQ: the kernel produces struct kiwarp_cqe entries and stores prod with
+ *    release semantics; user space stores cons. A CQ overrun moves every QP
+ *    bound to the CQ to ERROR.
+ */
+#ifndef _UAPI_LINUX_KIWARP_H
+#define _UAPI_LINUX_KIWARP_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#define KIWARP_ABI_VERSION	1
+#define KIWARP_DEVICE_NAME	"kiwarp"
+
+/* Feature bits reported by KIWARP_IOC_QUERY. */
+#define KIWARP_FEAT_MPA_REV1		(1ULL << 0)
+#define KIWARP_FEAT_MPA_REV2		(1ULL << 1)	/* RFC 6581 */
+#define KIWARP_FEAT_CRC			(1ULL << 2)
+#define KIWARP_FEAT_RTR_SEND		(1ULL << 3)
+#define KIWARP_FEAT_RTR_WRITE		(1ULL << 4)
+#define KIWARP_FEAT_RTR_READ		(1ULL << 5)
+#define KIWARP_FEAT_SOCKET_CONVERT	(1ULL << 6)
+#define KIWARP_FEAT_KERNEL_CM		(1ULL << 7)	/* CONNECT/LISTEN by addr */
+#define KIWARP_FEAT_ZCOPY_TX		(1ULL << 8)
+#define KIWARP_FEAT_DIRECT_RX		(1ULL << 9)
+#define KIWARP_FEAT_TCP_HOOKS		(1ULL << 10)	/* patched kernel */
+#define KIWARP_FEAT_MARKERS		(1ULL << 11)
+
+struct kiwarp_query {
+	__u32 abi_version;
+	__u32 page_size;
+	__aligned_u64 features;
+	__aligned_u64 max_mr_size;
+	__u32 max_qp;
+	__u32 max_cq;
+	__u32 max_mr;
+	__u32 max_pd;
+	__u32 max_qp_wr;
+	__u32 max_cqe;
+	__u32 max_sge;
+	__u32 max_ird;
+	__u32 max_ord;
+	__u32 max_private_data;		/* 512 (RFC 5044) */
+	__u32 max_inline;		/* 0: no inline data */
+	__u32 reserved0;
+	__aligned_u64 reserved[4];
+};
+
+struct kiwarp_handle {
+	__u32 handle;	/* out for ALLOC_*, in for DEALLOC/DEREG/DESTROY */
+	__u32 reserved;
+};
+
+/* Memory access rights (struct kiwarp_reg_mr.access). */
+#define KIWARP_ACCESS_LOCAL_WRITE	(1U << 0)
+#define KIWARP_ACCESS_REMOTE_WRITE	(1U << 1)
+#define KIWARP_ACCESS_REMOTE_READ	(1U << 2)
+#define KIWARP_ACCESS_ALL		(KIWARP_ACCESS_LOCAL_WRITE | \
+					 KIWARP_ACCESS_REMOTE_WRITE | \
+					 KIWARP_ACCESS_REMOTE_READ)
+
+struct kiwarp_reg_mr {
+	__u32 pd;		/* in */
+	__u32 access;		/* in: KIWARP_ACCESS_* */
+	__aligned_u64 addr;	/* in: user virtual address, also the base TO */
+	__aligned_u64 length;	/* in: bytes, > 0 */
+	__u32 handle;		/* out */
+	__u32 stag;		/* out: lkey == rkey */
+	__aligned_u64 reserved;
+};
+
+struct kiwarp_create_cq {
+	__u32 entries;		/* in: minimum number of CQEs */
+	__u32 handle;		/* out */
+	__u32 ring_entries;	/* out: power of two >= entries */
+	__u32 prod_off;		/* out */
+	__u32 cons_off;		/* out */
+	__u32 ring_off;		/* out */
+	__aligned_u64 mmap_offset;	/* out */
+	__aligned_u64 mmap_size;	/* out */
+	__aligned_u64 reserved;
+};
+
+#define KIWARP_ARM_NEXT		0	/* any completion */
+#define KIWARP_ARM_SOLICITED	1	/* solicited or error completion */
+
+struct kiwarp_arm_cq {
+	__u32 cq;
+	__u32 flags;		/* KIWARP_ARM_* */
+};
+
+/* One ring's geometry, as returned for SQ and RQ. */
+struct kiwarp_ring_info {
+	__u32 ring_entries;
+	__u32 prod_off;
+	__u32 cons_off;
+	__u32 ring_off;
+	__aligned_u64 mmap_offset;
+	__aligned_u64 mmap_size;
+};
+
+struct kiwarp_create_qp {
+	__u32 pd;		/* in */
+	__u32 send_cq;		/* in */
+	__u32 recv_cq;		/* in */
+	__u32 sq_entries;	/* in: minimum send WRs outstanding */
+	__u32 rq_entries;	/* in: minimum receive WRs outstanding */
+	__u32 max_sge;		/* in: <= KIWARP_MAX_SGE */
+	__u32 flags;		/* in: KIWARP_QP_* */
+	__u32 handle;		/* out */
+	struct kiwarp_ring_info sq;	/* out */
+	struct kiwarp_ring_info rq;	/* out */
+	__aligned_u64 reserved;
+};
+
+#define KIWARP_QP_SIGNAL_ALL	(1U << 0)	/* every SQ WR completes */
+
+/* struct kiwarp_conn_param.flags */
+#define KIWARP_CONN_CRC		(1U << 0)	/* request/offer MPA CRC */
+#define KIWARP_CONN_P2P		(1U << 1)	/* rev 2 peer-to-peer RTR */
+#define KIWARP_CONN_MARKERS	(1U << 2)	/* not supported yet: -EINVAL */
+
+/* RTR frame type, struct kiwarp_conn_param.rtr (rev 2, P2P only) */
+#define KIWARP_RTR_NONE		0
+#define KIWARP_RTR_SEND		1	/* zero-length Send */
+#define KIWARP_RTR_WRITE	2	/* zero-length RDMA Write */
+#define KIWARP_RTR_READ		3	/* zero-length RDMA Read */
+
+#define KIWARP_MAX_PRIVATE_DATA	512
+
+/*
+ * Connection parameters. As input: what this side asks for / offers.
+ * As output (struct kiwarp_connect/accept .result): what was negotiated.
+ */
+struct kiwarp_conn_param {
+	__u32 flags;		/* KIWARP_CONN_* */
+	__u8 mpa_rev;		/* 1 or 2 */
+	__u8 rtr;		/* KIWARP_RTR_* */
+	__u16 reserved0;
+	__u32 ird;		/* inbound RDMA Reads this side serves */
+	__u32 ord;		/* outbound RDMA Reads this side issues */
+};
+
+struct kiwarp_sockaddr {
+	__u16 family;		/* AF_INET or AF_INET6 */
+	__u16 port;		/* network byte order */
+	__u32 flowinfo;		/* IPv6 only, else 0 */
+	__u8 addr[16];		/* IPv4 in the first 4 bytes */
+	__u32 scope_id;		/* IPv6 only, else 0 */
+	__u32 reserved;
+};
+
+struct kiwarp_connect {
+	__u32 qp;			/* in */
+	__s32 sockfd;			/* in: connected TCP socket, or -1 */
+	struct kiwarp_sockaddr addr;	/* in: if sockfd == -1 */
+	struct kiwarp_conn_param param;	/* in */
+	__u32 timeout_ms;		/* in: 0 = default (10 s) */
+	__u32 private_data_len;		/* in: <= 512 */
+	__aligned_u64 private_data;	/* in: pointer */
+	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes */
+	__u32 peer_private_data_len;	/* out */
+	__u32 reserved0;
+	struct kiwarp_conn_param result;	/* out */
+	__aligned_u64 reserved;
+};
+
+struct kiwarp_accept {
+	__u32 qp;			/* in */
+	__s32 sockfd;			/* in: connected TCP socket, or -1 */
+	__u32 listen_handle;		/* in: if sockfd == -1 */
+	__u32 timeout_ms;		/* in: 0 = no timeout for accept, 10 s
+					 * for the MPA Request */
+	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes */
+	__u32 peer_private_data_len;	/* out */
+	__u32 reserved0;
+	struct kiwarp_conn_param peer;	/* out: what the initiator asked */
+	struct kiwarp_sockaddr peer_addr;	/* out */
+	__aligned_u64 reserved;
+};
+
+#define KIWARP_REPLY_ACCEPT	0
+#define KIWARP_REPLY_REJECT	1
+
+struct kiwarp_accept_reply {
+	__u32 qp;			/* in */
+	__u32 action;			/* in: KIWARP_REPLY_* */
+	struct kiwarp_conn_param param;	/* in: this side's offer */
+	__u32 private_data_len;		/* in */
+	__u32 reserved0;
+	__aligned_u64 private_data;	/* in: pointer */
+	struct kiwarp_conn_param result;	/* out: negotiated */
+	__aligned_u64 reserved;
+};
+
+struct kiwarp_listen {
+	struct kiwarp_sockaddr addr;	/* in; port 0 picks one */
+	__u32 backlog;			/* in */
+	__u32 handle;			/* out */
+	__u16 port;			/* out: bound port, network order */
+	__u16 reserved0;
+	__u32 reserved1;
+};
+
+/* QP states */
+#define KIWARP_QPS_IDLE			0
+#define KIWARP_QPS_MPA_REQ_RCVD		1
+#define KIWARP_QPS_RTS			2
+#define KIWARP_QPS_CLOSING		3
+#define KIWARP_QPS_TERMINATE		4
+#define KIWARP_QPS_ERROR		5
+
+/* Terminate information, RFC 5040 section 7.2 / 8.2 */
+struct kiwarp_term_info {
+	__u8 valid;	/* 1 if a Terminate was sent/received */
+	__u8 layer;	/* KIWARP_TERM_LAYER_* */
+	__u8 etype;	/* error type */
+	__u8 ecode;	/* error code */
+};
+
+#define KIWARP_TERM_LAYER_RDMAP		0
+#define KIWARP_TERM_LAYER_DDP		1
+#define KIWARP_TERM_LAYER_LLP		2	/* MPA */
+
+struct kiwarp_query_qp {
+	__u32 qp;			/* in */
+	__u32 state;			/* out: KIWARP_QPS_* */
+	struct kiwarp_conn_param param;	/* out: negotiated */
+	struct kiwarp_term_info term_sent;	/* out */
+	struct kiwarp_term_info term_rcvd;	/* out */
+	__u32 mulpdu;			/* out: bytes of ULPDU per FPDU */
+	__u32 reserved0;
+	__aligned_u64 tx_bytes;		/* out: payload bytes sent */
+	__aligned_u64 rx_bytes;		/* out: payload bytes placed */
+	__aligned_u64 reserved[2];
+};
+
+#define KIWARP_MODIFY_ERROR	1	/* to ERROR: flush everything */
+#define KIWARP_MODIFY_CLOSE	2	/* orderly close once SQ drained */
+
+struct kiwarp_modify_qp {
+	__u32 qp;
+	__u32 action;	/* KIWARP_MODIFY_* */
+};
+
+/* ---------------------------------------------------------------------- */
+/* Ring entries                                                           */
+
+#define KIWARP_MAX_SGE	6
+
+struct kiwarp_sge {
+	__aligned_u64 addr;	/* virtual address inside the MR */
+	__u32 length;
+	__u32 lkey;		/* STag of the local MR */
+};
+
+/* Send queue opcodes (struct kiwarp_wqe.opcode) */
+#define KIWARP_WR_SEND			0
+#define KIWARP_WR_SEND_SE		1	/* with Solicited Event */
+#define KIWARP_WR_SEND_INV		2	/* with Invalidate (ex.inv_stag) */
+#define KIWARP_WR_SEND_SE_INV		3
+#define KIWARP_WR_RDMA_WRITE		4
+#define KIWARP_WR_RDMA_READ		5	/* one SGE: the local sink */
+#define KIWARP_WR_LOCAL_INV		6	/* ex.inv_stag, no SGE */
+#define KIWARP_WR_RECV			7	/* receive queue entries */
+
+/* struct kiwarp_wqe.flags */
+#define KIWARP_WR_SIGNALED	(1U << 0)	/* produce a CQE on success */
+#define KIWARP_WR_FENCE		(1U << 1)	/* wait for prior RDMA Reads */
+
+/* 128 bytes. Used for the send and the receive ring. */
+struct kiwarp_wqe {
+	__aligned_u64 wr_id;
+	__u8 opcode;
+	__u8 flags;
+	__u8 num_sge;
+	__u8 reserved0;
+	__u32 inv_stag;		/* SEND_INV*, LOCAL_INV */
+	__aligned_u64 remote_addr;	/* RDMA WRITE/READ: remote TO */
+	__u32 rkey;		/* RDMA WRITE/READ: remote STag */
+	__u32 reserved1;
+	struct kiwarp_sge sge[KIWARP_MAX_SGE];
+};
+
+/* Completion status (struct kiwarp_cqe.status) */
+#define KIWARP_WC_SUCCESS		0
+#define KIWARP_WC_LOC_LEN_ERR		1	/* receive buffer too small */
+#define KIWARP_WC_LOC_QP_OP_ERR		2	/* malformed WR */
+#define KIWARP_WC_LOC_PROT_ERR		3	/* bad lkey / local access */
+#define KIWARP_WC_WR_FLUSH_ERR		4	/* flushed: QP in ERROR */
+#define KIWARP_WC_REM_ACCESS_ERR	5	/* peer: bad STag/bounds/rights */
+#define KIWARP_WC_REM_OP_ERR		6	/* peer: other Terminate */
+#define KIWARP_WC_REM_INV_REQ_ERR	7	/* peer: invalid request */
+#define KIWARP_WC_FATAL_ERR		8	/* connection lost / LLP error */
+#define KIWARP_WC_BAD_RESP_ERR		9	/* unexpected response */
+
+/* struct kiwarp_cqe.flags */
+#define KIWARP_WC_WITH_INV	(1U << 0)	/* inv_stag was invalidated */
+#define KIWARP_WC_SOLICITED	(1U << 1)	/* received Send with SE */
+
+/* 32 bytes */
+struct kiwarp_cqe {
+	__aligned_u64 wr_id;
+	__u8 opcode;		/* KIWARP_WR_* of the completed WR */
+	__u8 status;		/* KIWARP_WC_* */
+	__u8 flags;		/* KIWARP_WC_* flags */
+	__u8 reserved0;
+	__u32 byte_len;		/* RECV: bytes placed; READ: bytes read */
+	__u32 qp;		/* QP handle */
+	__u32 inv_stag;		/* with KIWARP_WC_WITH_INV */
+	struct kiwarp_term_info term;	/* Terminate behind an error status */
+	__u32 reserved1;
+};
+
+/* ---------------------------------------------------------------------- */
+/* ioctl numbers                                                          */
+
+#define KIWARP_IOC_MAGIC	0xA7
+
+#define KIWARP_IOC_QUERY	_IOR(KIWARP_IOC_MAGIC, 0x00, struct kiwarp_query)
+#define KIWARP_IOC_ALLOC_PD	_IOWR(KIWARP_IOC_MAGIC, 0x01, struct kiwarp_handle)
+#define KIWARP_IOC_DEALLOC_PD	_IOW(KIWARP_IOC_MAGIC, 0x02, struct kiwarp_handle)
+#define KIWARP_IOC_REG_MR	_IOWR(KIWARP_IOC_MAGIC, 0x03, struct kiwarp_reg_mr)
+#define KIWARP_IOC_DEREG_MR	_IOW(KIWARP_IOC_MAGIC, 0x04, struct kiwarp_handle)
+#define KIWARP_IOC_CREATE_CQ	_IOWR(KIWARP_IOC_MAGIC, 0x05, struct kiwarp_create_cq)
+#define KIWARP_IOC_DESTROY_CQ	_IOW(KIWARP_IOC_MAGIC, 0x06, struct kiwarp_handle)
+#define KIWARP_IOC_ARM_CQ	_IOW(KIWARP_IOC_MAGIC, 0x07, struct kiwarp_arm_cq)
+#define KIWARP_IOC_CREATE_QP	_IOWR(KIWARP_IOC_MAGIC, 0x08, struct kiwarp_create_qp)
+#define KIWARP_IOC_DESTROY_QP	_IOW(KIWARP_IOC_MAGIC, 0x09, struct kiwarp_handle)
+#define KIWARP_IOC_CONNECT	_IOWR(KIWARP_IOC_MAGIC, 0x0a, struct kiwarp_connect)
+#define KIWARP_IOC_ACCEPT	_IOWR(KIWARP_IOC_MAGIC, 0x0b, struct kiwarp_accept)
+#define KIWARP_IOC_ACCEPT_REPLY	_IOWR(KIWARP_IOC_MAGIC, 0x0c, struct kiwarp_accept_reply)
+#define KIWARP_IOC_LISTEN	_IOWR(KIWARP_IOC_MAGIC, 0x0d, struct kiwarp_listen)
+#define KIWARP_IOC_DESTROY_LISTEN _IOW(KIWARP_IOC_MAGIC, 0x0e, struct kiwarp_handle)
+#define KIWARP_IOC_QP_DOORBELL	_IOW(KIWARP_IOC_MAGIC, 0x0f, struct kiwarp_handle)
+#define KIWARP_IOC_QUERY_QP	_IOWR(KIWARP_IOC_MAGIC, 0x10, struct kiwarp_query_qp)
+#define KIWARP_IOC_MODIFY_QP	_IOW(KIWARP_IOC_MAGIC, 0x11, struct kiwarp_modify_qp)
+
+#endif /* _UAPI_LINUX_KIWARP_H */
