@@ -26,6 +26,8 @@
 #include <linux/kfifo.h>
 #include <linux/mm_types.h>
 #include <linux/refcount.h>
+#include <linux/bitops.h>
+#include <linux/workqueue.h>
 
 #include "../uapi/linux/kiwarp.h"
 #include "iwarp.h"
@@ -66,6 +68,8 @@ struct kw_ctx {
 	/* CQ event channel: handles of CQs that fired while armed. */
 	spinlock_t ev_lock;	/* protects ev_fifo */
 	DECLARE_KFIFO(ev_fifo, u32, 1024);
+	/* CQ handles currently in ev_fifo (each at most once), under ev_lock */
+	unsigned long ev_pending[BITS_TO_LONGS(KW_MAX_CQ + 1)];
 	wait_queue_head_t ev_wait;	/* poll()/read() sleepers */
 
 	struct mm_struct *mm;	/* mmgrab'ed: memlock accounting */
@@ -100,7 +104,9 @@ struct kw_mr {
 	struct page **pages;
 	struct mm_struct *mm;	/* accounted mm (pinned_vm) */
 	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
-	struct kw_ctx *ctx;
+	struct kw_ctx *ctx;	/* only while in ctx->mrs (not after dereg) */
+	struct kw_pd *pd;	/* pd->users counts this MR while registered */
+	struct work_struct release_work;	/* last put: unpin (may sleep) */
 };
 
 /*
@@ -116,7 +122,7 @@ struct kw_cq {
 	u8 armed;		/* 0, or 1 + KIWARP_ARM_* */
 	bool overflow;
 	void *mem;		/* vmalloc_user: header page + ring */
-	size_t mem_size;
+	size_t mem_size;	/* == mmap_size, accounted in ctx->mm pinned_vm */
 	u32 *prod, *cons;	/* in mem */
 	struct kiwarp_cqe *ring;	/* in mem */
 	struct kw_ctx *ctx;
@@ -151,6 +157,15 @@ struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
  * with -ENOENT (unknown), -EACCES (other PD), -EINVAL (already invalid).
  */
 int kw_mr_invalidate(u32 stag, u32 pd_id);
+/*
+ * Charge/uncharge npages to mm->pinned_vm against the caller's
+ * RLIMIT_MEMLOCK (no limit with CAP_IPC_LOCK). -ENOMEM past the limit.
+ * Used for MRs (current->mm) and kernel ring memory (ctx->mm).
+ */
+int kw_account_pinned(struct mm_struct *mm, unsigned long npages);
+void kw_unaccount_pinned(struct mm_struct *mm, unsigned long npages);
+/* Wait until every deregistered MR's pages are unpinned (process ctx). */
+void kw_mem_flush(void);
 int kw_mem_init(void);
 void kw_mem_exit(void);
 
