@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Protection domains and memory regions.
+ *
+ * PDs are per-context objects with a device-wide unique id (from an IDA),
+ * which is what the protocol core compares when a tagged access names an
+ * STag: an MR and a QP match when their PD ids are equal.
+ *
+ * MRs pin user memory for their whole life. An MR is reachable two ways:
+ *  - by handle, in ctx->mrs (ioctl only, under ctx->lock);
+ *  - by STag, in the device-wide kw_stags xarray, from any context
+ *    (softirq receive, tx worker, ioctl) with kw_mr_get(), which takes a
+ *    kref under RCU. The STag table holds one reference.
+ * Deregistration erases both entries and drops the table's reference. The
+ * last kw_mr_put() may run in softirq, but unpinning dirties pages (which
+ * locks them, so may sleep): it is deferred to kw_mem_wq. The struct itself
+ * is freed after an RCU grace period because kw_mr_get() may still be
+ * looking at it.
+ */
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/highmem.h>
+#include <linux/idr.h>
+#include <linux/overflow.h>
+#include <linux/random.h>
+#include <linux/rcupdate.h>
+#include <linux/capability.h>
+
+#include "kiwarp.h"
+
+/* STag -> struct kw_mr, device-wide. Writers hold its internal xa_lock
+ * (process context only); readers use RCU (kw_mr_get). */
+static DEFINE_XARRAY(kw_stags);
+/* Device-wide unique PD ids; internally locked. */
+static DEFINE_IDA(kw_pd_ida);
+/* Deferred MR release (unpin may sleep; the last put may be in softirq). */
+static struct workqueue_struct *kw_mem_wq;
+
+/* Pages pinned per pin_user_pages_fast() call (one page of page pointers). */
+#define PIN_CHUNK	(PAGE_SIZE / sizeof(struct page *))
+/* Attempts at drawing an unused random STag before giving up. */
+#define STAG_TRIES	16
+
+/* ------------------------------------------------------------ accounting */
+
+int kw_account_pinned(struct mm_struct *mm, unsigned long npages)
+{
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	s64 pinned;
+
+	/* Same scheme as drivers/infiniband/core/umem.c. */
+	pinned = atomic64_add_return(npages, &mm->pinned_vm);
+	if ((u64)pinned > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void kw_unaccount_pinned(struct mm_struct *mm, unsigned long npages)
+{
+	atomic64_sub(npages, &mm->pinned_vm);
+}
+
+/* -------------------------------------------------------------------- PD */
+
+int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg)
+{
+	struct kw_pd *pd;
+	int ret;
+
+	if (arg->reserved)
+		return -EINVAL;
+
+	pd = kzalloc(sizeof(*pd), GFP_KERNEL_ACCOUNT);
+	if (!pd)
+		return -ENOMEM;
+	pd->ctx = ctx;
+
+	ret = ida_alloc_min(&kw_pd_ida, 1, GFP_KERNEL);
+	if (ret < 0)
+		goto err_free;
+	pd->id = ret;
+
+	mutex_lock(&ctx->lock);
+	ret = xa_alloc(&ctx->pds, &pd->handle, pd, XA_LIMIT(1, KW_MAX_PD),
+		       GFP_KERNEL);
+	mutex_unlock(&ctx->lock);
+	if (ret)
+		goto err_ida;
+
+	arg->handle = pd->handle;
+	return 0;
+
+err_ida:
+	ida_free(&kw_pd_ida, pd->id);
+err_free:
+	kfree(pd);
+	return ret == -EBUSY ? -ENOSPC : ret;
+}
+
+struct kw_pd *kw_pd_lookup(struct kw_ctx *ctx, u32 handle)
+{
+	lockdep_assert_held(&ctx->lock);
+	return xa_load(&ctx->pds, handle);
+}
+
+static void pd_free(struct kw_pd *pd)
+{
+	ida_free(&kw_pd_ida, pd->id);
+	kfree(pd);
+}
+
+int kw_pd_dealloc(struct kw_ctx *ctx, struct kiwarp_handle *arg)
+{
+	struct kw_pd *pd;
+	int ret = 0;
+
+	if (arg->reserved)
+		return -EINVAL;
+
+	mutex_lock(&ctx->lock);
+	pd = kw_pd_lookup(ctx, arg->handle);
+	if (!pd)
+		ret = -EINVAL;
+	else if (pd->users)
+		ret = -EBUSY;
+	else
+		xa_erase(&ctx->pds, pd->handle);
+	mutex_unlock(&ctx->lock);
+
+	if (!ret)
+		pd_free(pd);
+	return ret;
+}
+
+void kw_pd_destroy_all(struct kw_ctx *ctx)
+{
+	struct kw_pd *pd;
+	unsigned long idx;
+
+	mutex_lock(&ctx->lock);
+	xa_for_each(&ctx->pds, idx, pd) {
+		xa_erase(&ctx->pds, idx);
+		WARN_ON_ONCE(pd->users);
+		pd_free(pd);
+	}
+	mutex_unlock(&ctx->lock);
+}
+
+/* -------------------------------------------------------------------- MR */
+
+static bool mr_writable(const struct kw_mr *mr)
+{
+	return mr->access & KIWARP_ACCESS_LOCAL_WRITE;
+}
+
+static void mr_release_work(struct work_struct *work)
+{
+	struct kw_mr *mr = container_of(work, struct kw_mr, release_work);
+
+	unpin_user_pages_dirty_lock(mr->pages, mr->npages, mr_writable(mr));
+	kvfree(mr->pages);
+	kw_unaccount_pinned(mr->mm, mr->npages);
+	mmdrop(mr->mm);
+	/* kw_mr_get() may still be inspecting mr under RCU. */
+	kfree_rcu(mr, rcu);
+}
+
+static void mr_release(struct kref *ref)
+{
+	struct kw_mr *mr = container_of(ref, struct kw_mr, ref);
+
+	/* Any context: defer the unpin, which may sleep. */
+	queue_work(kw_mem_wq, &mr->release_work);
+}
+
+void kw_mr_put(struct kw_mr *mr)
+{
+	kref_put(&mr->ref, mr_release);
+}
+
+struct kw_mr *kw_mr_get(u32 stag)
+{
+	struct kw_mr *mr;
+
+	rcu_read_lock();
+	mr = xa_load(&kw_stags, stag);
+	if (mr && !kref_get_unless_zero(&mr->ref))
+		mr = NULL;
+	rcu_read_unlock();
+	return mr;
+}
+
+/* Pin every page of [mr->addr, +len) into mr->pages. */
+static int mr_pin(struct kw_mr *mr)
+{
+	unsigned int gup_flags = FOLL_LONGTERM;
+	unsigned long start = mr->addr & PAGE_MASK;
+	unsigned long pinned = 0;
+	int ret;
+
+	if (mr_writable(mr))
+		gup_flags |= FOLL_WRITE;
+
+	while (pinned < mr->npages) {
+		int n = min_t(unsigned long, mr->npages - pinned, PIN_CHUNK);
+
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			goto err_unpin;
+		}
+		/* May pin fewer pages than asked: loop on what is left. */
+		ret = pin_user_pages_fast(start + (pinned << PAGE_SHIFT), n,
+					  gup_flags, mr->pages + pinned);
+		if (ret <= 0) {
+			ret = ret ?: -EFAULT;
+			goto err_unpin;
+		}
+		pinned += ret;
+	}
+	return 0;
+
+err_unpin:
+	unpin_user_pages(mr->pages, pinned);
+	return ret;
+}
+
+/* Insert mr into the STag table under a fresh random non-zero STag. */
+static int mr_assign_stag(struct kw_mr *mr)
+{
+	int tries, ret = -EBUSY;
+
+	for (tries = 0; tries < STAG_TRIES && ret == -EBUSY; tries++) {
+		u32 stag = get_random_u32();
+
+		if (!stag)
+			continue;
+		mr->stag = stag;
+		ret = xa_insert(&kw_stags, stag, mr, GFP_KERNEL);
+	}
+	return ret == -EBUSY ? -ENOSPC : ret;
+}
+
+static int mr_validate(const struct kiwarp_reg_mr *arg)
+{
+	u64 end;
+
+	if (arg->reserved || arg->access & ~KIWARP_ACCESS_ALL)
+		return -EINVAL;
+	if ((arg->access & KIWARP_ACCESS_REMOTE_WRITE) &&
+	    !(arg->access & KIWARP_ACCESS_LOCAL_WRITE))
+		return -EINVAL;
+	if (!arg->length || arg->length > KW_MAX_MR_SIZE)
+		return -EINVAL;
+	if (check_add_overflow(arg->addr, arg->length, &end) ||
+	    end > TASK_SIZE_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
+{
+	struct kw_pd *pd;
+	struct kw_mr *mr;
+	int ret;
+
+	ret = mr_validate(arg);
+	if (ret)
+		return ret;
+	if (!current->mm)
+		return -EFAULT;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	if (!mr)
+		return -ENOMEM;
+	kref_init(&mr->ref);
+	atomic_set(&mr->wr_refs, 0);
+	INIT_WORK(&mr->release_work, mr_release_work);
+	mr->access = arg->access;
+	mr->addr = arg->addr;
+	mr->len = arg->length;
+	mr->page_off = arg->addr & ~PAGE_MASK;
+	mr->npages = ((arg->addr + arg->length - 1) >> PAGE_SHIFT) -
+		     (arg->addr >> PAGE_SHIFT) + 1;
+	/* Pages are pinned in (and charged to) the caller's mm. */
+	mr->mm = current->mm;
+	mmgrab(mr->mm);
+
+	ret = kw_account_pinned(mr->mm, mr->npages);
+	if (ret)
+		goto err_mmdrop;
+
+	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages),
+				   GFP_KERNEL_ACCOUNT);
+	if (!mr->pages) {
+		ret = -ENOMEM;
+		goto err_unaccount;
+	}
+
+	/*
+	 * Pin without ctx->lock: faulting takes mmap_lock, and mmap() takes
+	 * ctx->lock under mmap_lock.
+	 */
+	ret = mr_pin(mr);
+	if (ret)
+		goto err_free_pages;
+
+	mutex_lock(&ctx->lock);
+	pd = kw_pd_lookup(ctx, arg->pd);
+	if (!pd) {
+		ret = -EINVAL;
+		goto err_unlock;
+	}
+	mr->pd = pd;
+	mr->pd_id = pd->id;
+	mr->ctx = ctx;
+	WRITE_ONCE(mr->valid, true);
+	ret = xa_alloc(&ctx->mrs, &mr->handle, mr, XA_LIMIT(1, KW_MAX_MR),
+		       GFP_KERNEL);
+	if (ret) {
+		ret = ret == -EBUSY ? -ENOSPC : ret;
+		goto err_unlock;
+	}
+	/* Publishes mr to kw_mr_get(): everything above is initialised. */
+	ret = mr_assign_stag(mr);
+	if (ret)
+		goto err_erase_handle;
+	pd->users++;
+	mutex_unlock(&ctx->lock);
+
+	arg->handle = mr->handle;
+	arg->stag = mr->stag;
+	return 0;
+
+err_erase_handle:
+	xa_erase(&ctx->mrs, mr->handle);
+err_unlock:
+	mutex_unlock(&ctx->lock);
+	unpin_user_pages(mr->pages, mr->npages);
+err_free_pages:
+	kvfree(mr->pages);
+err_unaccount:
+	kw_unaccount_pinned(mr->mm, mr->npages);
+err_mmdrop:
+	mmdrop(mr->mm);
+	kfree(mr);
+	return ret;
+}
+
+/* Unlink mr from both tables and drop the table's reference. */
+static void mr_unlink(struct kw_ctx *ctx, struct kw_mr *mr)
+{
+	lockdep_assert_held(&ctx->lock);
+	xa_erase(&kw_stags, mr->stag);
+	xa_erase(&ctx->mrs, mr->handle);
+	/* mr->pd and mr->ctx dangle from here on: holders of a reference
+	 * use mr->pd_id and never follow them. */
+	mr->pd->users--;
+	kw_mr_put(mr);
+}
+
+int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg)
+{
+	struct kw_mr *mr;
+	int ret = 0;
+
+	if (arg->reserved)
+		return -EINVAL;
+
+	mutex_lock(&ctx->lock);
+	mr = xa_load(&ctx->mrs, arg->handle);
+	if (!mr)
+		ret = -EINVAL;
+	else if (atomic_read(&mr->wr_refs))
+		ret = -EBUSY;
+	else
+		mr_unlink(ctx, mr);
+	mutex_unlock(&ctx->lock);
+	return ret;
+}
+
+void kw_mr_destroy_all(struct kw_ctx *ctx)
+{
+	struct kw_mr *mr;
+	unsigned long idx;
+
+	/* QPs are destroyed and flushed by now: wr_refs no longer matter. */
+	mutex_lock(&ctx->lock);
+	xa_for_each(&ctx->mrs, idx, mr)
+		mr_unlink(ctx, mr);
+	mutex_unlock(&ctx->lock);
+}
+
+void kw_mem_flush(void)
+{
+	flush_workqueue(kw_mem_wq);
+}
+
+void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v)
+{
+	BUILD_BUG_ON(KW_ACC_LOCAL_WRITE != KIWARP_ACCESS_LOCAL_WRITE ||
+		     KW_ACC_REMOTE_WRITE != KIWARP_ACCESS_REMOTE_WRITE ||
+		     KW_ACC_REMOTE_READ != KIWARP_ACCESS_REMOTE_READ);
+
+	v->cookie = mr;
+	v->stag = mr->stag;
+	v->pd = mr->pd_id;
+	v->access = mr->access;
+	v->valid = READ_ONCE(mr->valid);
+	v->base = mr->addr;
+	v->len = mr->len;
+}
+
+/* Locate byte off of mr: page index and offset within that page. */
+static void mr_locate(const struct kw_mr *mr, u64 off, unsigned long *idx,
+		      unsigned int *pg_off)
+{
+	u64 abs = mr->page_off + off;
+
+	*idx = abs >> PAGE_SHIFT;
+	*pg_off = abs & ~PAGE_MASK;
+}
+
+void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len)
+{
+	unsigned int pg_off;
+	unsigned long idx;
+
+	mr_locate(mr, off, &idx, &pg_off);
+	while (len) {
+		size_t n = min_t(size_t, len, PAGE_SIZE - pg_off);
+		struct page *page = mr->pages[idx];
+		void *p = kmap_local_page(page);
+
+		memcpy(p + pg_off, src, n);
+		kunmap_local(p);
+		flush_dcache_page(page);
+		src += n;
+		len -= n;
+		pg_off = 0;
+		idx++;
+	}
+}
+
+void kw_mr_copy_from(struct kw_mr *mr, u64 off, void *dst, size_t len)
+{
+	unsigned int pg_off;
+	unsigned long idx;
+
+	mr_locate(mr, off, &idx, &pg_off);
+	while (len) {
+		size_t n = min_t(size_t, len, PAGE_SIZE - pg_off);
+		void *p = kmap_local_page(mr->pages[idx]);
+
+		memcpy(dst, p + pg_off, n);
+		kunmap_local(p);
+		dst += n;
+		len -= n;
+		pg_off = 0;
+		idx++;
+	}
+}
+
+struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
+			unsigned int *avail)
+{
+	unsigned long idx;
+
+	mr_locate(mr, off, &idx, pg_off);
+	*avail = PAGE_SIZE - *pg_off;
+	return mr->pages[idx];
+}
+
+int kw_mr_invalidate(u32 stag, u32 pd_id)
+{
+	struct kw_mr *mr;
+	int ret = 0;
+
+	mr = kw_mr_get(stag);
+	if (!mr)
+		return -ENOENT;
+	if (mr->pd_id != pd_id)
+		ret = -EACCES;
+	else if (!xchg(&mr->valid, false))	/* exactly one winner */
+		ret = -EINVAL;
+	kw_mr_put(mr);
+	return ret;
+}
+
+/* ------------------------------------------------------------ module */
+
+int kw_mem_init(void)
+{
+	kw_mem_wq = alloc_workqueue("kiwarp_mr", WQ_UNBOUND, 0);
+	if (!kw_mem_wq)
+		return -ENOMEM;
+	return 0;
+}
+
+void kw_mem_exit(void)
+{
+	/* Runs every pending MR release (they cannot be queued any more:
+	 * no files are open and the QP layer has exited). */
+	destroy_workqueue(kw_mem_wq);
+	WARN_ON(!xa_empty(&kw_stags));
+	xa_destroy(&kw_stags);
+	ida_destroy(&kw_pd_ida);
+}
