@@ -1,0 +1,656 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * DDP (RFC 5041) over MPA FPDUs (RFC 5044): header codec, transmit
+ * segmentation and the resumable receive parser with every placement
+ * check. RDMAP (RFC 5040) message rules that the parser must enforce
+ * (queue numbers, Read Request size, access rights) live here too; the
+ * RDMAP codecs are in rdmap.c.
+ */
+#include "iwarp.h"
+
+/* ------------------------------------------------------------ header codec */
+
+static void set_term(struct kw_term *t, u8 layer, u8 etype, u8 ecode)
+{
+	memset(t, 0, sizeof(*t));
+	t->layer = layer;
+	t->etype = etype;
+	t->ecode = ecode;
+}
+
+int kw_ddp_hdr_decode(const u8 *p, u32 avail, struct kw_ddp_hdr *h,
+		      struct kw_term *term)
+{
+	u8 ctrl, rctrl;
+
+	if (avail < 2)
+		return -EAGAIN;
+	memset(h, 0, sizeof(*h));
+	ctrl = p[0];
+	rctrl = p[1];
+	/* RFC 5041 section 4.2/4.3: T selects the 14- or 18-byte header */
+	h->tagged = ctrl & KW_DDP_FLAG_TAGGED;
+	h->last = ctrl & KW_DDP_FLAG_LAST;
+	h->hdr_len = h->tagged ? KW_DDP_TAGGED_HDR_LEN :
+				 KW_DDP_UNTAGGED_HDR_LEN;
+	h->opcode = rctrl & KW_RDMAP_OPCODE_MASK;
+	if (avail < h->hdr_len)
+		return -EAGAIN;
+
+	/*
+	 * RFC 5041 section 4.2 and RFC 5040 section 4.1: the Rsvd bits of
+	 * both control bytes MUST be zero on transmit and are not checked on
+	 * receive, so they are deliberately ignored here.
+	 */
+
+	/* RFC 5041 section 4.2 / 7.2: DDP version must be 01b */
+	if ((ctrl & KW_DDP_VERSION_MASK) != KW_DDP_VERSION) {
+		set_term(term, KW_TERM_LAYER_DDP,
+			 h->tagged ? KW_TERM_DDP_ETYPE_TAGGED :
+				     KW_TERM_DDP_ETYPE_UNTAGGED,
+			 h->tagged ? KW_TERM_DDP_T_INV_VERSION :
+				     KW_TERM_DDP_U_INV_VERSION);
+		return -EPROTO;
+	}
+	/* RFC 5040 section 4.1 / 7.2: RDMAP version must be 01b */
+	if ((rctrl >> KW_RDMAP_VERSION_SHIFT) != KW_RDMAP_VERSION) {
+		set_term(term, KW_TERM_LAYER_RDMAP,
+			 KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+			 KW_TERM_RDMAP_INV_VERSION);
+		return -EPROTO;
+	}
+	/* RFC 5040 section 4.3 / 7.2: opcode known and T bit as specified */
+	if (!kw_rdmap_opcode_valid(h->opcode, h->tagged)) {
+		set_term(term, KW_TERM_LAYER_RDMAP,
+			 KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+			 KW_TERM_RDMAP_UNEXP_OPCODE);
+		return -EPROTO;
+	}
+	if (h->tagged) {
+		h->stag = get_unaligned_be32(p + 2);
+		h->to = get_unaligned_be64(p + 6);
+	} else {
+		h->inv_stag = get_unaligned_be32(p + 2);
+		h->qn = get_unaligned_be32(p + 6);
+		h->msn = get_unaligned_be32(p + 10);
+		h->mo = get_unaligned_be32(p + 14);
+	}
+	return 0;
+}
+
+u32 kw_ddp_hdr_encode(const struct kw_ddp_hdr *h, u8 *out)
+{
+	out[0] = (h->tagged ? KW_DDP_FLAG_TAGGED : 0) |
+		 (h->last ? KW_DDP_FLAG_LAST : 0) | KW_DDP_VERSION;
+	out[1] = (u8)(KW_RDMAP_VERSION << KW_RDMAP_VERSION_SHIFT) |
+		 (h->opcode & KW_RDMAP_OPCODE_MASK);
+	if (h->tagged) {
+		put_unaligned_be32(h->stag, out + 2);
+		put_unaligned_be64(h->to, out + 6);
+		return KW_DDP_TAGGED_HDR_LEN;
+	}
+	/* RFC 5040 section 4.1: the ULP-reserved word carries the STag to
+	 * invalidate for Send with Invalidate, zero otherwise. */
+	put_unaligned_be32(h->inv_stag, out + 2);
+	put_unaligned_be32(h->qn, out + 6);
+	put_unaligned_be32(h->msn, out + 10);
+	put_unaligned_be32(h->mo, out + 14);
+	return KW_DDP_UNTAGGED_HDR_LEN;
+}
+
+/* --------------------------------------------------------------- transmit */
+
+static bool op_tagged(u8 opcode)
+{
+	return opcode == KW_OP_WRITE || opcode == KW_OP_READ_RESP;
+}
+
+static bool op_inline(u8 opcode)
+{
+	return opcode == KW_OP_READ_REQ || opcode == KW_OP_TERMINATE;
+}
+
+int kw_tx_fpdu_next(const struct kw_tx_msg *msg, u32 *off,
+		    struct kw_tx_fpdu *f)
+{
+	struct kw_ddp_hdr h;
+	u32 hlen, room, seg, ulpdu, pad;
+
+	if (msg->opcode >= KW_OP_MAX)
+		return -EINVAL;
+	memset(&h, 0, sizeof(h));
+	h.opcode = msg->opcode;
+	h.tagged = op_tagged(msg->opcode);
+	hlen = h.tagged ? KW_DDP_TAGGED_HDR_LEN : KW_DDP_UNTAGGED_HDR_LEN;
+	/* RFC 5041 section 5.2: every segment carries a full header */
+	if (msg->mulpdu <= hlen || msg->mulpdu > 0xffff)
+		return -EINVAL;
+	room = msg->mulpdu - hlen;
+
+	if (op_inline(msg->opcode)) {
+		/* RFC 5040 sections 4.4 and 4.8: Read Request and Terminate
+		 * are single-segment messages whose body rides in hdr. */
+		if (*off != 0 || msg->inline_len > room ||
+		    msg->inline_len > KW_TERM_MAX_LEN ||
+		    (msg->inline_len && !msg->inline_data))
+			return -EINVAL;
+		if (msg->opcode == KW_OP_READ_REQ &&
+		    msg->inline_len != KW_READ_REQ_LEN)
+			return -EINVAL;
+		seg = 0;
+		h.last = true;
+	} else {
+		if (*off > msg->len || (*off == msg->len && msg->len))
+			return -EINVAL;
+		seg = min_t(u32, msg->len - *off, room);
+		/* RFC 5041 section 5.3: L marks the last segment */
+		h.last = *off + seg == msg->len;
+	}
+	if (h.tagged) {
+		/* RFC 5041 section 5.3: TO advances with the payload */
+		h.stag = msg->stag;
+		h.to = msg->to + *off;
+	} else {
+		/* RFC 5041 section 5.3: MO advances; QN/MSN per message */
+		h.inv_stag = msg->inv_stag;
+		h.qn = msg->qn;
+		h.msn = msg->msn;
+		h.mo = *off;
+	}
+
+	memset(f, 0, sizeof(*f));
+	ulpdu = hlen + seg + (op_inline(msg->opcode) ? msg->inline_len : 0);
+	/* RFC 5044 section 4.1: ULPDU length field */
+	put_unaligned_be16((u16)ulpdu, f->hdr);
+	kw_ddp_hdr_encode(&h, f->hdr + 2);
+	f->hdr_len = 2 + hlen;
+	if (op_inline(msg->opcode) && msg->inline_len) {
+		memcpy(f->hdr + f->hdr_len, msg->inline_data,
+		       msg->inline_len);
+		f->hdr_len += msg->inline_len;
+	}
+	f->payload_off = *off;
+	f->payload_len = seg;
+	/* RFC 5044 section 4.1: zero pad to 4 bytes, then the CRC field,
+	 * which is present (zero) even when CRC is not in use. */
+	pad = kw_mpa_pad(ulpdu);
+	f->trailer_len = pad + 4;
+	f->last = h.last;
+	*off += seg;
+	return 0;
+}
+
+void kw_tx_fpdu_seal(const struct kw_tx_msg *msg, struct kw_tx_fpdu *f,
+		     u32 crc)
+{
+	u32 pad = f->trailer_len - 4;
+
+	memset(f->trailer, 0, pad);
+	if (!msg->crc) {
+		/* RFC 5044 section 4.4: CRC field zero when CRC is off */
+		memset(f->trailer + pad, 0, 4);
+		return;
+	}
+	crc = kw_mpa_crc_update(crc, f->trailer, pad);
+	kw_mpa_crc_put(crc, f->trailer + pad);
+}
+
+/* ---------------------------------------------------------------- receive */
+
+void kw_rx_init(struct kw_rx *rx, const struct kw_rx_ops *ops, void *ctx,
+		bool crc, u32 pd)
+{
+	memset(rx, 0, sizeof(*rx));
+	rx->ops = ops;
+	rx->ctx = ctx;
+	rx->crc = crc;
+	rx->pd = pd;
+	rx->state = KW_RX_HDR;
+	/* RFC 5041 section 5.1: the first MSN of every queue is 1 */
+	rx->msn[0] = rx->msn[1] = rx->msn[2] = 1;
+}
+
+/*
+ * Enter the error state. The Terminate carries the offending FPDU's length
+ * and headers whenever they were received (RFC 5040 section 4.8: M, D, R),
+ * except for LLP errors, where a failed CRC means none of it can be
+ * trusted (RFC 5044 section 8).
+ */
+static void rx_fail(struct kw_rx *rx, u8 layer, u8 etype, u8 ecode)
+{
+	set_term(&rx->term, layer, etype, ecode);
+	rx->state = KW_RX_ERROR;
+}
+
+static void rx_fail_term(struct kw_rx *rx)
+{
+	u32 hlen;
+
+	rx->state = KW_RX_ERROR;
+	rx->term.has_len = false;
+	rx->term.has_ddp_hdr = false;
+	rx->term.has_rdmap_hdr = false;
+	if (rx->term.layer == KW_TERM_LAYER_LLP || rx->bad_len < 3)
+		return;
+	hlen = (rx->bad[2] & KW_DDP_FLAG_TAGGED) ? KW_DDP_TAGGED_HDR_LEN :
+						     KW_DDP_UNTAGGED_HDR_LEN;
+	rx->term.has_len = true;
+	if (rx->bad_len < 2 + hlen)
+		return;
+	rx->term.has_ddp_hdr = true;
+	if (hlen == KW_DDP_UNTAGGED_HDR_LEN &&
+	    (rx->bad[3] & KW_RDMAP_OPCODE_MASK) == KW_OP_READ_REQ &&
+	    rx->bad_len == 2 + hlen + KW_READ_REQ_LEN)
+		rx->term.has_rdmap_hdr = true;
+}
+
+static void rx_error(struct kw_rx *rx, u8 layer, u8 etype, u8 ecode)
+{
+	rx_fail(rx, layer, etype, ecode);
+	rx_fail_term(rx);
+}
+
+/* Tagged placement checks, RFC 5041 section 5.1/7.2 and RFC 5040 6.4 */
+static bool rx_tagged(struct kw_rx *rx, u32 len)
+{
+	const struct kw_ddp_hdr *h = &rx->h;
+	u64 end;
+
+	memset(&rx->mr, 0, sizeof(rx->mr));
+	rx->place_off = 0;
+	/*
+	 * A zero-length tagged segment accesses no memory, so neither STag
+	 * nor TO is validated: RFC 5040 section 5.3 allows zero-length
+	 * RDMA Writes, and RFC 6581 section 6 uses one with an arbitrary
+	 * STag as the RTR frame (siw sends STag 1, TO 0).
+	 */
+	if (!len)
+		return true;
+	/* RFC 5041 section 7.2: unknown STag -> tagged, invalid STag */
+	if (rx->ops->lookup_stag(rx->ctx, h->stag, h->opcode, &rx->mr)) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_INV_STAG);
+		return false;
+	}
+	/* RFC 5040 section 6.4: an invalidated STag is an invalid STag */
+	if (!rx->mr.valid) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_INV_STAG);
+		return false;
+	}
+	/* RFC 5041 section 7.2: STag of another PD / stream */
+	if (rx->mr.pd != rx->pd) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_STAG_NOT_ASSOC);
+		return false;
+	}
+	/* RFC 5041 section 7.2: TO + length wraps the 64-bit TO space */
+	if (h->to + len < h->to) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_TO_WRAP);
+		return false;
+	}
+	/* RFC 5041 section 7.2: base and bounds of the tagged buffer */
+	end = rx->mr.base + rx->mr.len;
+	if (h->to < rx->mr.base || end < rx->mr.base ||
+	    h->to + len > end) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_BASE_BOUNDS);
+		return false;
+	}
+	/*
+	 * RFC 5040 section 7.2 (remote protection, access rights): a Write
+	 * needs Remote Write; a Read Response lands in a local buffer we
+	 * registered for it and needs Local Write.
+	 */
+	if (!(rx->mr.access & (h->opcode == KW_OP_WRITE ?
+			       KW_ACC_REMOTE_WRITE : KW_ACC_LOCAL_WRITE))) {
+		rx_error(rx, KW_TERM_LAYER_RDMAP,
+			 KW_TERM_RDMAP_ETYPE_REMOTE_PROT, KW_TERM_RDMAP_ACCESS);
+		return false;
+	}
+	rx->place_off = h->to - rx->mr.base;
+	return true;
+}
+
+/* Check the SGEs that [off, off + len) of the message touches. */
+static bool rx_sges_ok(struct kw_rx *rx, u32 off, u32 len)
+{
+	const struct kw_rx_buf *b = rx->buf;
+	u32 i, pos = 0;
+
+	for (i = 0; i < b->num_sge && len; i++) {
+		u32 sl = b->sge[i].len;
+		const struct kw_mr_view *mr = &b->sge[i].mr;
+		u64 a = b->sge[i].addr;
+
+		if (pos + sl <= off) {
+			pos += sl;
+			continue;
+		}
+		if (!mr->valid || !(mr->access & KW_ACC_LOCAL_WRITE) ||
+		    a < mr->base || a + sl < a ||
+		    a + sl > mr->base + mr->len ||
+		    mr->base + mr->len < mr->base)
+			return false;
+		pos += sl;
+		if (pos >= off + len)
+			break;
+	}
+	return true;
+}
+
+/* Untagged checks, RFC 5041 section 5.3/7.2 and RFC 5040 section 5.1 */
+static bool rx_untagged(struct kw_rx *rx, u32 len)
+{
+	const struct kw_ddp_hdr *h = &rx->h;
+	u32 want_qn, i, sum = 0;
+
+	rx->buf = NULL;
+	/* RFC 5041 section 7.2: RDMAP defines queues 0, 1 and 2 only */
+	if (h->qn > KW_QN_TERMINATE) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_INV_QN);
+		return false;
+	}
+	/* RFC 5040 section 5.1: Sends on QN 0, Read Requests on QN 1,
+	 * Terminate on QN 2; anything else targets a queue that has no
+	 * buffer for that message: invalid QN. */
+	want_qn = h->opcode == KW_OP_READ_REQ ? KW_QN_READ_REQ :
+		  h->opcode == KW_OP_TERMINATE ? KW_QN_TERMINATE : KW_QN_SEND;
+	if (h->qn != want_qn) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_INV_QN);
+		return false;
+	}
+	/* RFC 5041 section 5.3/7.2: MSN must be the next message of the
+	 * queue (TCP delivers in order, so nothing else is in range). */
+	if (h->msn != rx->msn[h->qn]) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_INV_MSN_RANGE);
+		return false;
+	}
+	if (h->qn != KW_QN_SEND) {
+		/* Single-segment messages start at MO 0 (RFC 5041 7.2) */
+		if (h->mo != 0) {
+			rx_error(rx, KW_TERM_LAYER_DDP,
+				 KW_TERM_DDP_ETYPE_UNTAGGED,
+				 KW_TERM_DDP_U_INV_MO);
+			return false;
+		}
+		/*
+		 * RFC 5040 section 4.4: a Read Request is exactly one
+		 * segment with a 28-byte header; section 4.8: a Terminate
+		 * is one segment with at least its control word. A
+		 * malformed one leaves the stream unusable; RFC 5040 7.2
+		 * has no narrower code than "catastrophic, localized".
+		 */
+		if (!h->last ||
+		    (h->opcode == KW_OP_READ_REQ && len != KW_READ_REQ_LEN) ||
+		    (h->opcode == KW_OP_TERMINATE && len < 4)) {
+			rx_error(rx, KW_TERM_LAYER_RDMAP,
+				 KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+				 KW_TERM_RDMAP_CATASTROPHIC_STREAM);
+			return false;
+		}
+		/* No buffer can take a larger Terminate: RFC 5041 7.2 */
+		if (len > sizeof(rx->inl)) {
+			rx_error(rx, KW_TERM_LAYER_DDP,
+				 KW_TERM_DDP_ETYPE_UNTAGGED,
+				 KW_TERM_DDP_U_MSG_TOO_LONG);
+			return false;
+		}
+		return true;
+	}
+	/* RFC 5041 section 7.2: no posted buffer for this MSN */
+	if (rx->ops->get_rx_buf(rx->ctx, h->msn, &rx->buf) || !rx->buf) {
+		rx->buf = NULL;
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_INV_MSN_NOBUF);
+		return false;
+	}
+	/*
+	 * A malformed posted buffer or SGE without Local Write is our own
+	 * fault, not the peer's: RFC 5040 section 7.2 RDMAP "local
+	 * catastrophic error" (etype 0, code 0), not a remote protection
+	 * error which would blame the peer's STag.
+	 */
+	if (rx->buf->num_sge > KW_RX_MAX_SGE)
+		goto local;
+	for (i = 0; i < rx->buf->num_sge; i++)
+		sum += rx->buf->sge[i].len;
+	if (sum != rx->buf->total)
+		goto local;
+	/* RFC 5041 section 7.2: message too long for the buffer */
+	if ((u64)h->mo + len > rx->buf->total) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_MSG_TOO_LONG);
+		return false;
+	}
+	if (!rx_sges_ok(rx, h->mo, len))
+		goto local;
+	return true;
+local:
+	rx->buf = NULL;
+	rx_error(rx, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+		 0);
+	return false;
+}
+
+/* The header (MPA length + DDP/RDMAP header) is complete: validate. */
+static void rx_header_done(struct kw_rx *rx)
+{
+	u32 hlen = rx->hdr_got - 2, len;
+	int rv;
+
+	rx->ulpdu_len = get_unaligned_be16(rx->hdr);
+	memcpy(rx->bad, rx->hdr, rx->hdr_got);
+	rx->bad_len = rx->hdr_got;
+	rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
+					rx->hdr_got);
+
+	rv = kw_ddp_hdr_decode(rx->hdr + 2, hlen, &rx->h, &rx->term);
+	if (rv) {
+		rx_fail_term(rx);
+		return;
+	}
+	/*
+	 * RFC 5044 section 4.1: the ULPDU holds the whole DDP header; a
+	 * shorter length cannot be a DDP segment (RFC 5041 section 7.2,
+	 * local catastrophic error, code 0).
+	 */
+	if (rx->ulpdu_len < hlen) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_CATASTROPHIC,
+			 0);
+		return;
+	}
+	len = rx->ulpdu_len - hlen;
+	if (rx->h.tagged ? !rx_tagged(rx, len) : !rx_untagged(rx, len))
+		return;
+
+	rx->data_done = 0;
+	rx->trailer_got = 0;
+	rx->trailer_need = kw_mpa_pad(rx->ulpdu_len) + 4;
+	if (op_inline(rx->h.opcode)) {
+		rx->inl_got = 0;
+		rx->inl_need = len;
+		rx->data_left = 0;
+		rx->state = KW_RX_INLINE;
+	} else {
+		rx->data_left = len;
+		rx->state = len ? KW_RX_DATA : KW_RX_TRAILER;
+	}
+}
+
+static size_t rx_hdr(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	size_t used = 0;
+
+	for (;;) {
+		u32 need = 4, take;
+
+		/* MPA length (2) + DDP control byte tell the header size */
+		if (rx->hdr_got >= 4)
+			need = 2 + ((rx->hdr[2] & KW_DDP_FLAG_TAGGED) ?
+				    KW_DDP_TAGGED_HDR_LEN :
+				    KW_DDP_UNTAGGED_HDR_LEN);
+		if (rx->hdr_got == need)
+			break;
+		if (used == len)
+			return used;
+		take = min_t(u32, need - rx->hdr_got, len - used);
+		memcpy(rx->hdr + rx->hdr_got, p + used, take);
+		rx->hdr_got += take;
+		used += take;
+	}
+	rx_header_done(rx);
+	return used;
+}
+
+/* Place a payload chunk; untagged payload may span several SGEs. */
+static void rx_place(struct kw_rx *rx, const u8 *p, u32 n)
+{
+	const struct kw_rx_buf *b = rx->buf;
+	u32 off, i, pos = 0;
+
+	if (rx->h.tagged) {
+		rx->ops->place(rx->ctx, rx->mr.cookie,
+			       rx->place_off + rx->data_done, p, n);
+		return;
+	}
+	off = rx->h.mo + rx->data_done;
+	for (i = 0; i < b->num_sge && n; i++) {
+		u32 sl = b->sge[i].len, in, chunk;
+
+		if (pos + sl <= off) {
+			pos += sl;
+			continue;
+		}
+		in = off - pos;
+		chunk = min_t(u32, sl - in, n);
+		rx->ops->place(rx->ctx, b->sge[i].mr.cookie,
+			       b->sge[i].addr - b->sge[i].mr.base + in, p,
+			       chunk);
+		p += chunk;
+		n -= chunk;
+		off += chunk;
+		pos += sl;
+	}
+}
+
+static size_t rx_data(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	u32 n = min_t(u32, rx->data_left, len);
+
+	if (rx->crc)
+		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, p, n);
+	rx_place(rx, p, n);
+	rx->data_done += n;
+	rx->data_left -= n;
+	if (!rx->data_left)
+		rx->state = KW_RX_TRAILER;
+	return n;
+}
+
+static size_t rx_inline(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	u32 n = min_t(u32, rx->inl_need - rx->inl_got, len);
+
+	memcpy(rx->inl + rx->inl_got, p, n);
+	rx->inl_got += n;
+	if (rx->inl_got == rx->inl_need) {
+		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
+						rx->inl_got);
+		/* keep the Read Request header for a Terminate's R part */
+		if (rx->h.opcode == KW_OP_READ_REQ) {
+			memcpy(rx->bad + rx->bad_len, rx->inl, rx->inl_got);
+			rx->bad_len += rx->inl_got;
+		}
+		rx->state = KW_RX_TRAILER;
+	}
+	return n;
+}
+
+static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	u32 n = min_t(u32, rx->trailer_need - rx->trailer_got, len);
+	u32 pad = rx->trailer_need - 4, placed;
+	const u8 *payload = NULL;
+	struct kw_term term;
+
+	memcpy(rx->trailer + rx->trailer_got, p, n);
+	rx->trailer_got += n;
+	if (rx->trailer_got < rx->trailer_need)
+		return n;
+
+	/*
+	 * RFC 5044 section 4.4: CRC over length, ULPDU and pad. Without
+	 * CRC the field is zero on transmit and ignored here (section 4.4).
+	 */
+	if (rx->crc) {
+		u32 crc = kw_mpa_crc_update(rx->crc_acc, rx->trailer, pad);
+
+		if (!kw_mpa_crc_check(crc, rx->trailer + pad)) {
+			rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
+				 KW_TERM_LLP_CRC);
+			return n;
+		}
+	}
+	placed = rx->data_done;
+	if (op_inline(rx->h.opcode)) {
+		payload = rx->inl;
+		placed = rx->inl_got;
+	}
+	memset(&term, 0, sizeof(term));
+	if (rx->ops->segment_done &&
+	    rx->ops->segment_done(rx->ctx, &rx->h, payload, placed, &term)) {
+		/* the glue's verdict, with the headers we still hold */
+		rx->term = term;
+		rx_fail_term(rx);
+		return n;
+	}
+	/* RFC 5041 section 5.3: the MSN moves on once L=1 completed */
+	if (!rx->h.tagged && rx->h.last)
+		rx->msn[rx->h.qn]++;
+	rx->fpdus++;
+	rx->payload_bytes += placed;
+	rx->buf = NULL;
+	rx->hdr_got = 0;
+	rx->bad_len = 0;
+	rx->state = KW_RX_HDR;
+	return n;
+}
+
+size_t kw_rx_input(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	size_t done = 0;
+
+	while (rx->state != KW_RX_ERROR) {
+		/* a zero-length payload moves DATA->TRAILER with no input */
+		if (done == len && rx->state != KW_RX_DATA)
+			break;
+		switch (rx->state) {
+		case KW_RX_HDR:
+			done += rx_hdr(rx, p + done, len - done);
+			break;
+		case KW_RX_INLINE:
+			done += rx_inline(rx, p + done, len - done);
+			break;
+		case KW_RX_DATA:
+			if (!rx->data_left) {
+				rx->state = KW_RX_TRAILER;
+				break;
+			}
+			if (done == len)
+				return done;
+			done += rx_data(rx, p + done, len - done);
+			break;
+		case KW_RX_TRAILER:
+			done += rx_trailer(rx, p + done, len - done);
+			break;
+		default:
+			return done;
+		}
+	}
+	return done;
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Minimal kselftest-style harness: TEST(name) { ... } registers a case,
+ * each case runs in a forked child (a crash fails only that case), results
+ * are printed as TAP, and the binary exits nonzero if any case failed.
+ * The last line is "# N passed, N failed" for the Makefile to add up.
+ */
+#ifndef KW_HARNESS_H
+#define KW_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+struct kwt_case {
+	const char *name;
+	void (*fn)(int *kwt_fail);
+};
+
+#define KWT_MAX 512
+static struct kwt_case kwt_cases[KWT_MAX];
+static int kwt_ncases;
+
+#define TEST(name)							\
+	static void kwt_##name(int *kwt_fail);				\
+	__attribute__((constructor)) static void kwt_reg_##name(void)	\
+	{								\
+		if (kwt_ncases < KWT_MAX)				\
+			kwt_cases[kwt_ncases++] =			\
+				(struct kwt_case){ #name, kwt_##name };	\
+	}								\
+	static void kwt_##name(int *kwt_fail)
+
+#define KWT_CHECK(cond, fatal, fmt, ...)				\
+	do {								\
+		if (!(cond)) {						\
+			printf("# %s:%d: " fmt "\n", __FILE__,		\
+			       __LINE__, __VA_ARGS__);			\
+			*kwt_fail = 1;					\
+			if (fatal)					\
+				return;					\
+		}							\
+	} while (0)
+
+#define KWT_CMP(a, op, b, fatal)					\
+	do {								\
+		long long kwt_a = (long long)(a);			\
+		long long kwt_b = (long long)(b);			\
+		KWT_CHECK(kwt_a op kwt_b, fatal,			\
+			  "%s " #op " %s failed: %lld vs %lld (0x%llx vs 0x%llx)", \
+			  #a, #b, kwt_a, kwt_b,				\
+			  (unsigned long long)kwt_a,			\
+			  (unsigned long long)kwt_b);			\
+	} while (0)
+
+#define ASSERT_EQ(a, b)	KWT_CMP(a, ==, b, 1)
+#define ASSERT_NE(a, b)	KWT_CMP(a, !=, b, 1)
+#define ASSERT_LT(a, b)	KWT_CMP(a, <, b, 1)
+#define ASSERT_LE(a, b)	KWT_CMP(a, <=, b, 1)
+#define ASSERT_GT(a, b)	KWT_CMP(a, >, b, 1)
+#define ASSERT_GE(a, b)	KWT_CMP(a, >=, b, 1)
+#define ASSERT_TRUE(c)	KWT_CHECK((c), 1, "%s is false", #c)
+#define ASSERT_FALSE(c)	KWT_CHECK(!(c), 1, "%s is true", #c)
+#define EXPECT_EQ(a, b)	KWT_CMP(a, ==, b, 0)
+#define EXPECT_NE(a, b)	KWT_CMP(a, !=, b, 0)
+#define EXPECT_LE(a, b)	KWT_CMP(a, <=, b, 0)
+#define EXPECT_TRUE(c)	KWT_CHECK((c), 0, "%s is false", #c)
+#define EXPECT_FALSE(c)	KWT_CHECK(!(c), 0, "%s is true", #c)
+#define ASSERT_MEMEQ(a, b, n)						\
+	KWT_CHECK(!memcmp((a), (b), (n)), 1, "%s != %s (%zu bytes)",	\
+		  #a, #b, (size_t)(n))
+#define EXPECT_MEMEQ(a, b, n)						\
+	KWT_CHECK(!memcmp((a), (b), (n)), 0, "%s != %s (%zu bytes)",	\
+		  #a, #b, (size_t)(n))
+
+int main(int argc, char **argv)
+{
+	int i, passed = 0, failed = 0;
+
+	(void)argc;
+	printf("TAP version 13\n1..%d\n", kwt_ncases);
+	for (i = 0; i < kwt_ncases; i++) {
+		int status = 0, ok;
+		pid_t pid;
+
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			int fail = 0;
+
+			kwt_cases[i].fn(&fail);
+			fflush(stdout);
+			_exit(fail ? 1 : 0);
+		}
+		if (pid < 0 || waitpid(pid, &status, 0) < 0)
+			ok = 0;
+		else if (WIFSIGNALED(status)) {
+			printf("# %s: killed by signal %d\n",
+			       kwt_cases[i].name, WTERMSIG(status));
+			ok = 0;
+		} else
+			ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		printf("%s %d - %s: %s\n", ok ? "ok" : "not ok", i + 1,
+		       argv[0], kwt_cases[i].name);
+		if (ok)
+			passed++;
+		else
+			failed++;
+	}
+	printf("# %d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
+
+#endif /* KW_HARNESS_H */
