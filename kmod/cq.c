@@ -65,8 +65,10 @@ static void cq_purge_event(struct kw_ctx *ctx, u32 handle)
 
 static void cq_free(struct kw_ctx *ctx, struct kw_cq *cq)
 {
-	/* Pages still mapped by user space stay alive through the mapping's
-	 * page references; vfree() only drops ours. */
+	/*
+	 * Pages still mapped by user space stay alive through the mapping's
+	 * page references; vfree() only drops ours.
+	 */
 	vfree(cq->mem);
 	kw_unaccount_pinned(ctx->mm, cq->mem_size >> PAGE_SHIFT);
 	kfree(cq);

@@ -41,8 +41,10 @@ union kw_ioctl_arg {
 	struct kiwarp_modify_qp modify_qp;
 };
 
-/* The full command word for each command number: rejects wrong sizes and
- * directions as well as unknown numbers. */
+/*
+ * The full command word for each command number: rejects wrong sizes and
+ * directions as well as unknown numbers.
+ */
 static const unsigned int ioctl_cmds[] = {
 	[_IOC_NR(KIWARP_IOC_QUERY)] = KIWARP_IOC_QUERY,
 	[_IOC_NR(KIWARP_IOC_ALLOC_PD)] = KIWARP_IOC_ALLOC_PD,
@@ -241,7 +243,7 @@ static ssize_t dev_read(struct file *file, char __user *ubuf, size_t count,
 			if (file->f_flags & O_NONBLOCK)
 				return -EAGAIN;
 			ret = wait_event_interruptible(ctx->ev_wait,
-					!kfifo_is_empty(&ctx->ev_fifo));
+						       !kfifo_is_empty(&ctx->ev_fifo));
 			if (ret)
 				return ret;
 		}

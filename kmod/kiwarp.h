@@ -57,6 +57,8 @@ struct kw_ctx {
 	 * lock protects: membership of the object tables below and the
 	 * cross-object use counts (kw_pd.users, kw_cq.users). Never held
 	 * across a blocking network operation (MPA exchange, accept).
+	 * mmap() takes it under mmap_lock: never fault user memory
+	 * (copy_{to,from}_user, pin_user_pages) while holding it.
 	 */
 	struct mutex lock;
 	struct xarray pds;	/* handle -> struct kw_pd */
@@ -105,7 +107,7 @@ struct kw_mr {
 	struct mm_struct *mm;	/* accounted mm (pinned_vm) */
 	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
 	struct kw_ctx *ctx;	/* only while in ctx->mrs (not after dereg) */
-	struct kw_pd *pd;	/* pd->users counts this MR while registered */
+	struct kw_pd *pd;	/* only while in ctx->mrs; pd->users counts it */
 	struct work_struct release_work;	/* last put: unpin (may sleep) */
 };
 

@@ -31,8 +31,10 @@
 
 #include "kiwarp.h"
 
-/* STag -> struct kw_mr, device-wide. Writers hold its internal xa_lock
- * (process context only); readers use RCU (kw_mr_get). */
+/*
+ * STag -> struct kw_mr, device-wide. Writers hold its internal xa_lock
+ * (process context only); readers use RCU (kw_mr_get).
+ */
 static DEFINE_XARRAY(kw_stags);
 /* Device-wide unique PD ids; internally locked. */
 static DEFINE_IDA(kw_pd_ida);
@@ -357,8 +359,10 @@ static void mr_unlink(struct kw_ctx *ctx, struct kw_mr *mr)
 	lockdep_assert_held(&ctx->lock);
 	xa_erase(&kw_stags, mr->stag);
 	xa_erase(&ctx->mrs, mr->handle);
-	/* mr->pd and mr->ctx dangle from here on: holders of a reference
-	 * use mr->pd_id and never follow them. */
+	/*
+	 * mr->pd and mr->ctx dangle from here on: holders of a reference
+	 * use mr->pd_id and never follow them.
+	 */
 	mr->pd->users--;
 	kw_mr_put(mr);
 }
@@ -402,9 +406,10 @@ void kw_mem_flush(void)
 
 void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v)
 {
-	BUILD_BUG_ON(KW_ACC_LOCAL_WRITE != KIWARP_ACCESS_LOCAL_WRITE ||
-		     KW_ACC_REMOTE_WRITE != KIWARP_ACCESS_REMOTE_WRITE ||
-		     KW_ACC_REMOTE_READ != KIWARP_ACCESS_REMOTE_READ);
+	/* KW_ACC_* (core) and KIWARP_ACCESS_* (ABI) are the same bits. */
+	BUILD_BUG_ON((KW_ACC_LOCAL_WRITE ^ KIWARP_ACCESS_LOCAL_WRITE) |
+		     (KW_ACC_REMOTE_WRITE ^ KIWARP_ACCESS_REMOTE_WRITE) |
+		     (KW_ACC_REMOTE_READ ^ KIWARP_ACCESS_REMOTE_READ));
 
 	v->cookie = mr;
 	v->stag = mr->stag;
@@ -503,8 +508,10 @@ int kw_mem_init(void)
 
 void kw_mem_exit(void)
 {
-	/* Runs every pending MR release (they cannot be queued any more:
-	 * no files are open and the QP layer has exited). */
+	/*
+	 * Runs every pending MR release (none can be queued any more: no
+	 * files are open and the QP layer has exited).
+	 */
 	destroy_workqueue(kw_mem_wq);
 	WARN_ON(!xa_empty(&kw_stags));
 	xa_destroy(&kw_stags);
