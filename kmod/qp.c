@@ -1,0 +1,669 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Queue pairs: shared rings, work request intake and completion, the QP
+ * state machine and flushing. Locking rules are in qp.h.
+ */
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+#include <linux/mm.h>
+#include <linux/log2.h>
+#include <linux/uaccess.h>
+
+#include "qp.h"
+
+struct workqueue_struct *kw_wq;
+
+/* ------------------------------------------------------------------ rings */
+
+static int ring_alloc(struct kw_ring *r, u32 min_entries)
+{
+	u32 n = roundup_pow_of_two(max_t(u32, min_entries, 1));
+
+	r->entries = n;
+	r->mem_size = PAGE_SIZE + PAGE_ALIGN((size_t)n * sizeof(struct kiwarp_wqe));
+	r->mem = vmalloc_user(r->mem_size);
+	if (!r->mem)
+		return -ENOMEM;
+	r->prod = r->mem;
+	r->cons = r->mem + 64;
+	r->wqe = r->mem + PAGE_SIZE;
+	return 0;
+}
+
+static void ring_info(const struct kw_ring *r, enum kw_mmap_kind kind,
+		      u32 handle, struct kiwarp_ring_info *info)
+{
+	info->ring_entries = r->entries;
+	info->prod_off = 0;
+	info->cons_off = 64;
+	info->ring_off = PAGE_SIZE;
+	info->mmap_offset = KW_MMAP_OFFSET(kind, handle);
+	info->mmap_size = r->mem_size;
+}
+
+/* ------------------------------------------------------------ references */
+
+static void qp_free(struct kref *ref)
+{
+	struct kw_qp *qp = container_of(ref, struct kw_qp, ref);
+
+	vfree(qp->sq.mem);
+	vfree(qp->rq.mem);
+	kvfree(qp->sq_wr);
+	kvfree(qp->rq_wr);
+	kfree(qp->orq);
+	kfree(qp->irq);
+	kfree(qp);
+}
+
+struct kw_qp *kw_qp_get(struct kw_ctx *ctx, u32 handle)
+{
+	struct kw_qp *qp;
+
+	xa_lock(&ctx->qps);
+	qp = xa_load(&ctx->qps, handle);
+	if (qp && !kref_get_unless_zero(&qp->ref))
+		qp = NULL;
+	xa_unlock(&ctx->qps);
+	return qp;
+}
+
+void kw_qp_put(struct kw_qp *qp)
+{
+	kref_put(&qp->ref, qp_free);
+}
+
+/* --------------------------------------------------------------- release */
+
+static void wr_release(struct kw_wr *wr)
+{
+	int i;
+
+	for (i = 0; i < KIWARP_MAX_SGE; i++) {
+		if (!wr->mr[i])
+			continue;
+		atomic_dec(&wr->mr[i]->wr_refs);
+		kw_mr_put(wr->mr[i]);
+		wr->mr[i] = NULL;
+	}
+}
+
+/*
+ * Resolve and check a WR's scatter/gather list. need_write: the local
+ * memory is written (receive, RDMA Read sink). Returns a KIWARP_WC_* status.
+ */
+static u8 wr_resolve_sges(struct kw_qp *qp, struct kw_wr *wr, bool need_write)
+{
+	const struct kiwarp_wqe *w = &wr->wqe;
+	u64 total = 0;
+	int i;
+
+	for (i = 0; i < w->num_sge; i++) {
+		const struct kiwarp_sge *s = &w->sge[i];
+		struct kw_mr *mr;
+
+		if (!s->length)
+			continue;
+		mr = kw_mr_get(s->lkey);
+		if (!mr)
+			return KIWARP_WC_LOC_PROT_ERR;
+		wr->mr[i] = mr;
+		atomic_inc(&mr->wr_refs);
+		if (mr->pd_id != qp->pd_id || !READ_ONCE(mr->valid))
+			return KIWARP_WC_LOC_PROT_ERR;
+		if (need_write && !(mr->access & KIWARP_ACCESS_LOCAL_WRITE))
+			return KIWARP_WC_LOC_PROT_ERR;
+		if (s->addr < mr->addr || s->addr - mr->addr > mr->len ||
+		    s->length > mr->len - (s->addr - mr->addr))
+			return KIWARP_WC_LOC_PROT_ERR;
+		total += s->length;
+	}
+	if (total > U32_MAX)
+		return KIWARP_WC_LOC_LEN_ERR;
+	wr->len = total;
+	return KIWARP_WC_SUCCESS;
+}
+
+static bool wqe_fields_ok(const struct kiwarp_wqe *w, u32 max_sge)
+{
+	if (w->reserved0 || w->reserved1)
+		return false;
+	if (w->flags & ~(KIWARP_WR_SIGNALED | KIWARP_WR_FENCE))
+		return false;
+	if (w->num_sge > max_sge)
+		return false;
+	return true;
+}
+
+static u8 sq_validate(struct kw_qp *qp, struct kw_wr *wr)
+{
+	const struct kiwarp_wqe *w = &wr->wqe;
+
+	if (!wqe_fields_ok(w, qp->max_sge))
+		return KIWARP_WC_LOC_QP_OP_ERR;
+	switch (w->opcode) {
+	case KIWARP_WR_SEND:
+	case KIWARP_WR_SEND_SE:
+	case KIWARP_WR_SEND_INV:
+	case KIWARP_WR_SEND_SE_INV:
+	case KIWARP_WR_RDMA_WRITE:
+		return wr_resolve_sges(qp, wr, false);
+	case KIWARP_WR_RDMA_READ:
+		/* One sink: the Read Request names a single sink STag. */
+		if (w->num_sge > 1)
+			return KIWARP_WC_LOC_QP_OP_ERR;
+		return wr_resolve_sges(qp, wr, true);
+	case KIWARP_WR_LOCAL_INV:
+		if (w->num_sge)
+			return KIWARP_WC_LOC_QP_OP_ERR;
+		return KIWARP_WC_SUCCESS;
+	default:
+		return KIWARP_WC_LOC_QP_OP_ERR;
+	}
+}
+
+/* ------------------------------------------------------------ completion */
+
+static void post_cqe(struct kw_qp *qp, struct kw_cq *cq, struct kw_wr *wr,
+		     u8 opcode, u8 flags, u32 inv_stag, bool solicited)
+{
+	struct kiwarp_cqe cqe = {
+		.wr_id = wr->wqe.wr_id,
+		.opcode = opcode,
+		.status = wr->status,
+		.flags = flags,
+		.byte_len = wr->byte_len,
+		.qp = qp->handle,
+		.inv_stag = inv_stag,
+		.term = wr->term,
+	};
+
+	if (kw_cq_post(cq, &cqe, solicited || wr->status) &&
+	    qp->state != KIWARP_QPS_ERROR) {
+		/* CQ overrun: the QP cannot report further completions */
+		qp->state = KIWARP_QPS_TERMINATE;
+		queue_work(kw_wq, &qp->err_work);
+	}
+}
+
+/* Complete SQ WRs in order. Caller holds qp->lock. */
+static void sq_complete_locked(struct kw_qp *qp)
+{
+	bool failed = false;
+
+	while (qp->sq_compl != qp->sq_pulled) {
+		struct kw_wr *wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
+
+		if (!wr->done)
+			break;
+		if (wr->signaled || wr->status != KIWARP_WC_SUCCESS)
+			post_cqe(qp, qp->scq, wr, wr->wqe.opcode, 0, 0, false);
+		if (wr->status != KIWARP_WC_SUCCESS &&
+		    wr->status != KIWARP_WC_WR_FLUSH_ERR)
+			failed = true;
+		wr_release(wr);
+		qp->sq_compl++;
+	}
+	/* Pairs with the load-acquire of cons in kw_post_send(): the slot
+	 * may be reused only after we are done with it. */
+	smp_store_release(qp->sq.cons, qp->sq_compl);
+	if (failed && qp->state < KIWARP_QPS_TERMINATE) {
+		qp->state = KIWARP_QPS_TERMINATE;
+		queue_work(kw_wq, &qp->err_work);
+	}
+}
+
+void kw_qp_sq_complete(struct kw_qp *qp)
+{
+	spin_lock_bh(&qp->lock);
+	sq_complete_locked(qp);
+	spin_unlock_bh(&qp->lock);
+}
+
+/*
+ * Take the next posted receive WR (receive path). Returns false if none is
+ * posted. Caller holds qp->lock.
+ */
+bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx)
+{
+	/* Pairs with the store-release of prod in kw_post_recv(). */
+	u32 prod = smp_load_acquire(qp->rq.prod);
+	struct kw_wr *wr;
+
+	if (prod == qp->rq_pulled)
+		return false;
+	if (prod - qp->rq_compl > qp->rq.entries) {
+		/* User space claims more entries than the ring holds. */
+		return false;
+	}
+	wr = &qp->rq_wr[qp->rq_pulled & (qp->rq.entries - 1)];
+	memset(wr, 0, sizeof(*wr));
+	memcpy(&wr->wqe, &qp->rq.wqe[qp->rq_pulled & (qp->rq.entries - 1)],
+	       sizeof(wr->wqe));
+	wr->signaled = true;
+	if (!wqe_fields_ok(&wr->wqe, qp->max_sge) ||
+	    wr->wqe.opcode != KIWARP_WR_RECV)
+		wr->status = KIWARP_WC_LOC_QP_OP_ERR;
+	else
+		wr->status = wr_resolve_sges(qp, wr, true);
+	*idx = qp->rq_pulled++;
+	return true;
+}
+
+/* Complete receive WR idx (always the oldest). Caller holds qp->lock. */
+void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
+		       u8 flags, u32 inv_stag)
+{
+	struct kw_wr *wr = &qp->rq_wr[idx & (qp->rq.entries - 1)];
+
+	WARN_ON_ONCE(idx != qp->rq_compl);
+	wr->status = status;
+	wr->byte_len = byte_len;
+	post_cqe(qp, qp->rcq, wr, KIWARP_WR_RECV, flags, inv_stag,
+		 flags & KIWARP_WC_SOLICITED);
+	wr_release(wr);
+	qp->rq_compl++;
+	smp_store_release(qp->rq.cons, qp->rq_compl);
+}
+
+/* ------------------------------------------------------------ state/flush */
+
+/* Flush everything outstanding. Caller holds qp->lock. */
+static void flush_locked(struct kw_qp *qp)
+{
+	u32 i, idx;
+
+	/* SQ: every WR not yet done, including ones still in the ring. */
+	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
+		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
+
+		if (!wr->done) {
+			wr->done = true;
+			wr->status = KIWARP_WC_WR_FLUSH_ERR;
+		}
+	}
+	qp->orq_head = qp->orq_tail;
+	while (qp->irq_head != qp->irq_tail) {
+		struct kw_irq *e = &qp->irq[qp->irq_head++ % qp->irq_size];
+
+		if (e->src)
+			kw_mr_put(e->src);
+		e->src = NULL;
+	}
+	sq_complete_locked(qp);
+
+	/* RQ: the WR the receive path holds is completed by it or here. */
+	while (qp->rq_compl != qp->rq_pulled)
+		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
+				  0, 0, 0);
+	while (kw_qp_rq_pull(qp, &idx))
+		kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR, 0, 0, 0);
+	qp->rx_buf_valid = false;
+}
+
+/* Pull newly posted SQ WRs into the shadow. Caller holds qp->lock. */
+static int sq_pull_locked(struct kw_qp *qp)
+{
+	/* Pairs with the store-release of prod in kw_post_send(). */
+	u32 prod = smp_load_acquire(qp->sq.prod);
+	bool any = false;
+
+	if (prod - qp->sq_compl > qp->sq.entries)
+		return -EINVAL;	/* never trust a user index */
+	while (qp->sq_pulled != prod) {
+		u32 slot = qp->sq_pulled & (qp->sq.entries - 1);
+		struct kw_wr *wr = &qp->sq_wr[slot];
+
+		memset(wr, 0, sizeof(*wr));
+		memcpy(&wr->wqe, &qp->sq.wqe[slot], sizeof(wr->wqe));
+		wr->signaled = qp->sig_all ||
+			       (wr->wqe.flags & KIWARP_WR_SIGNALED);
+		wr->status = sq_validate(qp, wr);
+		if (wr->status != KIWARP_WC_SUCCESS) {
+			/* Fails now; later WRs flush as the QP errors. */
+			wr->done = true;
+		}
+		qp->sq_pulled++;
+		any = true;
+	}
+	return any;
+}
+
+void kw_qp_set_error(struct kw_qp *qp)
+{
+	spin_lock_bh(&qp->lock);
+	if (qp->state != KIWARP_QPS_ERROR) {
+		qp->state = KIWARP_QPS_ERROR;
+		sq_pull_locked(qp);
+		flush_locked(qp);
+	}
+	spin_unlock_bh(&qp->lock);
+	queue_work(kw_wq, &qp->err_work);
+}
+
+/*
+ * A protocol violation was detected locally (receive path or a check in the
+ * tx path): queue the Terminate, stop accepting new work, and let tx_work
+ * send the Terminate before the QP goes to ERROR.
+ */
+void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
+		const u8 *bad, u32 bad_len)
+{
+	int len;
+
+	spin_lock_bh(&qp->lock);
+	if (qp->state >= KIWARP_QPS_TERMINATE || qp->term_sent.valid) {
+		spin_unlock_bh(&qp->lock);
+		return;
+	}
+	qp->term_sent = (struct kiwarp_term_info){
+		.valid = 1, .layer = t->layer, .etype = t->etype,
+		.ecode = t->ecode,
+	};
+	len = kw_term_encode(t, bad, bad_len, qp->term_buf);
+	qp->term_len = len > 0 ? len : 0;
+	qp->term_pending = len > 0;
+	qp->state = KIWARP_QPS_TERMINATE;
+	spin_unlock_bh(&qp->lock);
+	pr_debug("kiwarp: qp %u: sending Terminate layer %u type %u code 0x%02x\n",
+		 qp->handle, t->layer, t->etype, t->ecode);
+	kw_qp_kick_tx(qp);
+}
+
+static void err_work(struct work_struct *w)
+{
+	struct kw_qp *qp = container_of(w, struct kw_qp, err_work);
+	bool term;
+
+	spin_lock_bh(&qp->lock);
+	term = qp->term_pending;
+	spin_unlock_bh(&qp->lock);
+	if (term) {
+		/* tx_work sends the Terminate first and requeues us */
+		kw_qp_kick_tx(qp);
+		return;
+	}
+	spin_lock_bh(&qp->lock);
+	if (qp->state != KIWARP_QPS_ERROR) {
+		qp->state = KIWARP_QPS_ERROR;
+		sq_pull_locked(qp);
+		flush_locked(qp);
+	}
+	spin_unlock_bh(&qp->lock);
+	if (qp->sock)
+		kernel_sock_shutdown(qp->sock, SHUT_RDWR);
+}
+
+void kw_qp_kick_tx(struct kw_qp *qp)
+{
+	if (!READ_ONCE(qp->dying))
+		queue_work(kw_wq, &qp->tx_work);
+}
+
+/* --------------------------------------------------------------- ioctls */
+
+int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
+{
+	struct kw_pd *pd;
+	struct kw_cq *scq, *rcq;
+	struct kw_qp *qp;
+	u32 id;
+	int ret;
+
+	if (arg->reserved || arg->handle || (arg->flags & ~KIWARP_QP_SIGNAL_ALL))
+		return -EINVAL;
+	if (!kw_mem_is_zero(&arg->sq, sizeof(arg->sq)) ||
+	    !kw_mem_is_zero(&arg->rq, sizeof(arg->rq)))
+		return -EINVAL;
+	if (!arg->sq_entries || arg->sq_entries > KW_MAX_QP_WR ||
+	    !arg->rq_entries || arg->rq_entries > KW_MAX_QP_WR ||
+	    arg->max_sge > KIWARP_MAX_SGE)
+		return -EINVAL;
+
+	qp = kzalloc(sizeof(*qp), GFP_KERNEL);
+	if (!qp)
+		return -ENOMEM;
+	kref_init(&qp->ref);
+	spin_lock_init(&qp->lock);
+	mutex_init(&qp->cm_lock);
+	INIT_WORK(&qp->tx_work, kw_tx_work);
+	INIT_WORK(&qp->err_work, err_work);
+	qp->ctx = ctx;
+	qp->state = KIWARP_QPS_IDLE;
+	qp->sig_all = arg->flags & KIWARP_QP_SIGNAL_ALL;
+	qp->max_sge = arg->max_sge ? arg->max_sge : 1;
+
+	ret = ring_alloc(&qp->sq, arg->sq_entries);
+	if (ret)
+		goto err_free;
+	ret = ring_alloc(&qp->rq, arg->rq_entries);
+	if (ret)
+		goto err_free;
+	ret = -ENOMEM;
+	qp->sq_wr = kvcalloc(qp->sq.entries, sizeof(*qp->sq_wr), GFP_KERNEL);
+	qp->rq_wr = kvcalloc(qp->rq.entries, sizeof(*qp->rq_wr), GFP_KERNEL);
+	qp->orq = kcalloc(KW_MAX_ORD, sizeof(*qp->orq), GFP_KERNEL);
+	qp->irq = kcalloc(KW_MAX_IRD, sizeof(*qp->irq), GFP_KERNEL);
+	if (!qp->sq_wr || !qp->rq_wr || !qp->orq || !qp->irq)
+		goto err_free;
+	qp->orq_size = KW_MAX_ORD;
+	qp->irq_size = KW_MAX_IRD;
+
+	mutex_lock(&ctx->lock);
+	ret = -EINVAL;
+	pd = kw_pd_lookup(ctx, arg->pd);
+	scq = kw_cq_lookup(ctx, arg->send_cq);
+	rcq = kw_cq_lookup(ctx, arg->recv_cq);
+	if (!pd || !scq || !rcq)
+		goto err_unlock;
+	ret = xa_alloc(&ctx->qps, &id, qp, XA_LIMIT(1, KW_MAX_QP), GFP_KERNEL);
+	if (ret)
+		goto err_unlock;
+	qp->handle = id;
+	qp->pd = pd;
+	qp->pd_id = pd->id;
+	qp->scq = scq;
+	qp->rcq = rcq;
+	pd->users++;
+	scq->users++;
+	rcq->users++;
+	mutex_unlock(&ctx->lock);
+
+	arg->handle = id;
+	ring_info(&qp->sq, KW_MMAP_SQ, id, &arg->sq);
+	ring_info(&qp->rq, KW_MMAP_RQ, id, &arg->rq);
+	return 0;
+
+err_unlock:
+	mutex_unlock(&ctx->lock);
+err_free:
+	kw_qp_put(qp);
+	return ret;
+}
+
+static void qp_teardown(struct kw_qp *qp)
+{
+	struct kw_ctx *ctx = qp->ctx;
+
+	mutex_lock(&qp->cm_lock);
+	WRITE_ONCE(qp->dying, true);
+	/* No receive callback runs after this returns. */
+	kw_cm_uninstall(qp);
+	cancel_work_sync(&qp->tx_work);
+	cancel_work_sync(&qp->err_work);
+	kw_cm_release_sock(qp);
+	mutex_unlock(&qp->cm_lock);
+
+	spin_lock_bh(&qp->lock);
+	qp->state = KIWARP_QPS_ERROR;
+	sq_pull_locked(qp);
+	flush_locked(qp);
+	spin_unlock_bh(&qp->lock);
+	kw_rx_release(qp);
+	if (qp->tx_irq.src) {
+		kw_mr_put(qp->tx_irq.src);
+		qp->tx_irq.src = NULL;
+	}
+
+	mutex_lock(&ctx->lock);
+	qp->pd->users--;
+	qp->scq->users--;
+	qp->rcq->users--;
+	mutex_unlock(&ctx->lock);
+	kw_qp_put(qp);
+}
+
+int kw_qp_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg)
+{
+	struct kw_qp *qp;
+
+	if (arg->reserved)
+		return -EINVAL;
+	qp = xa_erase(&ctx->qps, arg->handle);
+	if (!qp)
+		return -EINVAL;
+	qp_teardown(qp);
+	return 0;
+}
+
+void kw_qp_destroy_all(struct kw_ctx *ctx)
+{
+	struct kw_qp *qp;
+	unsigned long id;
+
+	xa_for_each(&ctx->qps, id, qp) {
+		xa_erase(&ctx->qps, id);
+		qp_teardown(qp);
+	}
+}
+
+int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg)
+{
+	struct kw_qp *qp;
+	int ret = 0;
+	bool kick;
+
+	if (arg->reserved)
+		return -EINVAL;
+	qp = kw_qp_get(ctx, arg->handle);
+	if (!qp)
+		return -EINVAL;
+
+	spin_lock_bh(&qp->lock);
+	ret = sq_pull_locked(qp);
+	if (ret < 0) {
+		spin_unlock_bh(&qp->lock);
+		kw_qp_set_error(qp);
+		goto out;
+	}
+	kick = ret > 0;
+	ret = 0;
+	if (qp->state == KIWARP_QPS_ERROR) {
+		u32 idx;
+
+		/* Posted to a dead QP: flush at once. */
+		flush_locked(qp);
+		while (kw_qp_rq_pull(qp, &idx))
+			kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR,
+					  0, 0, 0);
+		kick = false;
+	} else {
+		/* WRs that failed validation complete (in order) now. */
+		sq_complete_locked(qp);
+	}
+	spin_unlock_bh(&qp->lock);
+	if (kick)
+		kw_qp_kick_tx(qp);
+out:
+	kw_qp_put(qp);
+	return ret;
+}
+
+int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
+{
+	struct kw_qp *qp;
+	u32 handle = arg->qp;
+
+	if (arg->reserved0 || !kw_mem_is_zero(arg->reserved, sizeof(arg->reserved)))
+		return -EINVAL;
+	qp = kw_qp_get(ctx, handle);
+	if (!qp)
+		return -EINVAL;
+	memset(arg, 0, sizeof(*arg));
+	arg->qp = handle;
+	spin_lock_bh(&qp->lock);
+	arg->state = qp->state;
+	arg->param.mpa_rev = qp->mpa.rev;
+	arg->param.flags = (qp->mpa.crc ? KIWARP_CONN_CRC : 0) |
+			   (qp->mpa.p2p ? KIWARP_CONN_P2P : 0);
+	arg->param.rtr = qp->mpa.rtr == KW_RTR_SEND ? KIWARP_RTR_SEND :
+			 qp->mpa.rtr == KW_RTR_WRITE ? KIWARP_RTR_WRITE :
+			 qp->mpa.rtr == KW_RTR_READ ? KIWARP_RTR_READ :
+			 KIWARP_RTR_NONE;
+	arg->param.ird = qp->mpa.ird;
+	arg->param.ord = qp->mpa.ord;
+	arg->term_sent = qp->term_sent;
+	arg->term_rcvd = qp->term_rcvd;
+	arg->mulpdu = qp->mulpdu;
+	arg->tx_bytes = qp->tx_bytes;
+	arg->rx_bytes = qp->rx_bytes;
+	spin_unlock_bh(&qp->lock);
+	kw_qp_put(qp);
+	return 0;
+}
+
+int kw_qp_modify(struct kw_ctx *ctx, struct kiwarp_modify_qp *arg)
+{
+	struct kw_qp *qp;
+
+	if (arg->action != KIWARP_MODIFY_ERROR &&
+	    arg->action != KIWARP_MODIFY_CLOSE)
+		return -EINVAL;
+	qp = kw_qp_get(ctx, arg->qp);
+	if (!qp)
+		return -EINVAL;
+	if (arg->action == KIWARP_MODIFY_ERROR) {
+		kw_qp_set_error(qp);
+	} else {
+		spin_lock_bh(&qp->lock);
+		if (qp->state == KIWARP_QPS_RTS)
+			qp->state = KIWARP_QPS_CLOSING;
+		spin_unlock_bh(&qp->lock);
+		kw_qp_kick_tx(qp);
+	}
+	kw_qp_put(qp);
+	return 0;
+}
+
+int kw_qp_mmap(struct kw_ctx *ctx, u32 handle, enum kw_mmap_kind kind,
+	       struct vm_area_struct *vma)
+{
+	struct kw_qp *qp = kw_qp_get(ctx, handle);
+	struct kw_ring *r;
+	int ret;
+
+	if (!qp)
+		return -EINVAL;
+	r = kind == KW_MMAP_SQ ? &qp->sq : &qp->rq;
+	ret = -EINVAL;
+	if (vma->vm_end - vma->vm_start != r->mem_size ||
+	    !(vma->vm_flags & VM_SHARED))
+		goto out;
+	vma->vm_flags &= ~VM_MAYEXEC;
+	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	ret = remap_vmalloc_range(vma, r->mem, 0);
+out:
+	kw_qp_put(qp);
+	return ret;
+}
+
+int kw_qp_init(void)
+{
+	kw_wq = alloc_workqueue("kiwarp", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	return kw_wq ? 0 : -ENOMEM;
+}
+
+void kw_qp_exit(void)
+{
+	destroy_workqueue(kw_wq);
+}

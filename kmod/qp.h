@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Queue pairs: the per-connection state shared by qp.c (rings, WR intake,
+ * completion, state machine), cm.c (connection setup), rx.c and tx.c.
+ *
+ * Contexts that touch a QP:
+ *   - ioctl (process): create/destroy, doorbell, query/modify, connect
+ *   - receive (softirq, or process context when TCP processes its backlog at
+ *     release_sock()): the socket's data_ready callback runs the parser
+ *   - tx_work (process, workqueue): every byte the QP transmits
+ *
+ * Locking:
+ *   qp->lock (spinlock, BH-safe) protects: state, term_*, the SQ shadow
+ *     indices (sq_pulled, sq_done, sq_compl), every swqe's status/done, the
+ *     ORQ, the IRQ, the RQ shadow and rq_* indices, tx_pending flags.
+ *     Never held across a socket call or anything that sleeps.
+ *   The receive parser (qp->rx, rx_mr, rx_rqe) is only touched by the
+ *     receive path, which TCP serializes (the socket lock / tcp_read_sock),
+ *     plus setup/teardown while the callbacks are not installed.
+ *   The transmit cursor (qp->tx_*) is only touched by tx_work, which the
+ *     workqueue never runs concurrently with itself.
+ *   sk->sk_callback_lock protects sk_user_data and the saved callbacks.
+ */
+#ifndef KW_QP_H
+#define KW_QP_H
+
+#include <linux/net.h>
+#include <linux/workqueue.h>
+#include <net/sock.h>
+
+#include "kiwarp.h"
+
+/* A ring shared with user space: a vmalloc_user region. */
+struct kw_ring {
+	void *mem;
+	size_t mem_size;
+	u32 entries;		/* power of two */
+	u32 *prod;		/* user-written */
+	u32 *cons;		/* kernel-written */
+	struct kiwarp_wqe *wqe;
+};
+
+/* Kernel copy of a work request (send or receive). */
+struct kw_wr {
+	struct kiwarp_wqe wqe;		/* validated copy; never re-read */
+	struct kw_mr *mr[KIWARP_MAX_SGE];	/* held for the WR's life */
+	u32 len;			/* total SGE bytes */
+	u8 status;			/* KIWARP_WC_* */
+	bool done;			/* ready to complete (in order) */
+	bool signaled;
+	struct kiwarp_term_info term;	/* with an error status */
+	u32 byte_len;
+};
+
+/* An outstanding RDMA Read we issued (ORQ entry). */
+struct kw_orq {
+	u32 sq_idx;		/* its SQ slot, or ~0 for the RTR Read */
+	u32 sink_stag;
+	u64 sink_to;
+	u32 len;
+};
+
+/* An inbound RDMA Read we must answer (IRQ entry). */
+struct kw_irq {
+	struct kw_read_req req;
+	struct kw_mr *src;	/* NULL for a zero-length Read */
+};
+
+struct kw_listener;
+
+struct kw_qp {
+	struct kref ref;
+	u32 handle;
+	struct kw_ctx *ctx;
+	struct kw_pd *pd;
+	struct kw_cq *scq, *rcq;
+	u32 pd_id;
+	bool sig_all;
+	u32 max_sge;
+
+	spinlock_t lock;	/* see the comment at the top of this file */
+	int state;		/* KIWARP_QPS_* */
+	struct kiwarp_term_info term_sent, term_rcvd;
+
+	/* connection */
+	struct mutex cm_lock;	/* serializes connect/accept/reply/destroy */
+	struct socket *sock;
+	struct file *sock_file;	/* non-NULL if the socket came from a user fd */
+	void (*saved_data_ready)(struct sock *sk);
+	void (*saved_write_space)(struct sock *sk);
+	void (*saved_state_change)(struct sock *sk);
+	bool cb_installed;
+	struct kw_mpa_cfg mpa_cfg;	/* responder: kept between ACCEPT and REPLY */
+	struct kw_mpa_frame mpa_req;	/* responder: the Request */
+	u8 mpa_req_pd[KW_MPA_MAX_PD];	/* its private data */
+	struct kw_mpa_result mpa;
+	u32 mulpdu;
+	bool rtr_wait;		/* responder: no FPDU out until the RTR */
+	bool rtr_send;		/* initiator: RTR still to send */
+
+	/* send queue: user ring + kernel shadow, same index space */
+	struct kw_ring sq;
+	struct kw_wr *sq_wr;
+	u32 sq_pulled;		/* next ring index to copy in (== user-visible
+				 * entries we have taken) */
+	u32 sq_tx;		/* next WR to transmit (tx_work) */
+	u32 sq_compl;		/* next WR to complete; published as *sq.cons */
+
+	/* receive queue */
+	struct kw_ring rq;
+	struct kw_wr *rq_wr;
+	u32 rq_pulled, rq_compl;
+
+	/* ORQ / IRQ (rings sized to the negotiated ORD / IRD) */
+	struct kw_orq *orq;
+	u32 orq_size, orq_head, orq_tail;	/* free-running */
+	struct kw_irq *irq;
+	u32 irq_size, irq_head, irq_tail;
+
+	/* receive path */
+	struct kw_rx rx;
+	struct kw_mr *rx_mr;		/* tagged sink of the current segment */
+	struct kw_rx_buf rx_buf;	/* view of rq_wr[rx_rq_idx] */
+	struct kw_mr *rx_buf_mr[KIWARP_MAX_SGE];	/* our refs on its MRs */
+	bool rx_buf_valid;
+	u32 rx_rq_idx;
+	u32 rx_buf_msn;
+
+	/* transmit path (tx_work only) */
+	struct work_struct tx_work;
+	struct kw_tx_msg tx_msg;
+	struct kw_tx_fpdu tx_fpdu;
+	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
+	u32 tx_fpdu_sent;	/* bytes of tx_fpdu already accepted by TCP */
+	bool tx_active;		/* tx_msg/tx_fpdu in progress */
+	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */
+	u32 tx_sq_idx;		/* for SQ WRs */
+	struct kw_irq tx_irq;	/* for Read Responses */
+	struct kiwarp_sge tx_sge[KIWARP_MAX_SGE];	/* payload source */
+	struct kw_mr *tx_mr[KIWARP_MAX_SGE];	/* our refs while sending */
+	u32 tx_nsge;
+	u8 tx_inline[KW_READ_REQ_LEN];
+	u32 tx_msn[3];		/* last MSN sent per queue */
+	bool term_pending;	/* a Terminate must go out, then close */
+	u8 term_buf[KW_TERM_MAX_LEN];
+	u32 term_len;
+	bool dying;		/* destroy started: do not requeue tx_work */
+	struct work_struct err_work;	/* flush in process context */
+
+	/* statistics */
+	u64 tx_bytes, rx_bytes;
+};
+
+enum kw_tx_kind {
+	KW_TXK_NONE,
+	KW_TXK_SQ,
+	KW_TXK_READ_RESP,
+	KW_TXK_RTR,
+	KW_TXK_TERM,
+};
+
+/* qp.c */
+struct kw_qp *kw_qp_get(struct kw_ctx *ctx, u32 handle);
+void kw_qp_put(struct kw_qp *qp);
+void kw_qp_set_error(struct kw_qp *qp);
+void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
+		const u8 *bad, u32 bad_len);
+void kw_qp_sq_complete(struct kw_qp *qp);
+void kw_qp_kick_tx(struct kw_qp *qp);
+bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);
+void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
+		       u8 flags, u32 inv_stag);
+
+/* cm.c */
+void kw_cm_install(struct kw_qp *qp);
+void kw_cm_uninstall(struct kw_qp *qp);
+void kw_cm_release_sock(struct kw_qp *qp);
+
+/* rx.c */
+void kw_rx_data_ready(struct sock *sk);
+void kw_rx_setup(struct kw_qp *qp);
+void kw_rx_release(struct kw_qp *qp);
+
+/* tx.c */
+void kw_tx_work(struct work_struct *w);
+
+extern struct workqueue_struct *kw_wq;
+
+#endif /* KW_QP_H */

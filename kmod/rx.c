@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Receive path. TCP calls sk_data_ready in softirq (or at release_sock()
+ * when it processes its backlog); we pull the queued skbs with
+ * tcp_read_sock(), walk each one's linear part and page frags with
+ * skb_seq_read() and feed the bytes to the sans-I/O parser (ddp.c). The
+ * parser validates every header and calls back here to look up STags and
+ * receive buffers, and to copy payload straight from the skb into the
+ * pinned destination pages. There is no intermediate buffer.
+ */
+#include <linux/skbuff.h>
+#include <net/tcp.h>
+
+#include "qp.h"
+
+static void rx_buf_release(struct kw_qp *qp)
+{
+	int i;
+
+	for (i = 0; i < KIWARP_MAX_SGE; i++) {
+		if (qp->rx_buf_mr[i])
+			kw_mr_put(qp->rx_buf_mr[i]);
+		qp->rx_buf_mr[i] = NULL;
+	}
+	qp->rx_buf_valid = false;
+}
+
+static void rx_mr_release(struct kw_qp *qp)
+{
+	if (qp->rx_mr)
+		kw_mr_put(qp->rx_mr);
+	qp->rx_mr = NULL;
+}
+
+/* ------------------------------------------------------ parser callbacks */
+
+static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
+			  struct kw_mr_view *v)
+{
+	struct kw_qp *qp = ctx;
+	struct kw_mr *mr;
+
+	if (opcode == KW_OP_READ_RESP) {
+		bool match;
+
+		/* Only the sink of the oldest outstanding Read may be hit. */
+		spin_lock_bh(&qp->lock);
+		match = qp->orq_head != qp->orq_tail &&
+			qp->orq[qp->orq_head % qp->orq_size].sink_stag == stag;
+		spin_unlock_bh(&qp->lock);
+		if (!match)
+			return -ENOENT;
+	}
+	rx_mr_release(qp);
+	mr = kw_mr_get(stag);
+	if (!mr)
+		return -ENOENT;
+	qp->rx_mr = mr;
+	kw_mr_view(mr, v);
+	if (opcode == KW_OP_READ_RESP) {
+		/* The Read Response writes our local sink: local write right
+		 * was checked at post time; the parser checks remote write. */
+		v->access |= KW_ACC_REMOTE_WRITE;
+	}
+	return 0;
+}
+
+/* The empty buffer that absorbs a zero-length Send used as RTR. */
+static const struct kw_rx_buf rtr_buf;
+
+static int rx_get_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
+{
+	struct kw_qp *qp = ctx;
+	struct kw_wr *wr;
+	u32 idx;
+	int i, n = 0;
+
+	if (qp->rx_buf_valid && qp->rx_buf_msn == msn) {
+		*bufp = &qp->rx_buf;
+		return 0;
+	}
+	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_SEND) {
+		*bufp = &rtr_buf;
+		return 0;
+	}
+
+	spin_lock_bh(&qp->lock);
+	if (qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING)
+		goto none;
+	if (!kw_qp_rq_pull(qp, &idx))
+		goto none;
+	wr = &qp->rq_wr[idx & (qp->rq.entries - 1)];
+	if (wr->status != KIWARP_WC_SUCCESS) {
+		/* A bad receive WR: it completes in error, the message has
+		 * no buffer. */
+		kw_qp_rq_complete(qp, idx, wr->status, 0, 0, 0);
+		goto none;
+	}
+	memset(&qp->rx_buf, 0, sizeof(qp->rx_buf));
+	for (i = 0; i < wr->wqe.num_sge; i++) {
+		const struct kiwarp_sge *s = &wr->wqe.sge[i];
+
+		if (!s->length || !wr->mr[i])
+			continue;
+		kref_get(&wr->mr[i]->ref);
+		qp->rx_buf_mr[n] = wr->mr[i];
+		kw_mr_view(wr->mr[i], &qp->rx_buf.sge[n].mr);
+		qp->rx_buf.sge[n].addr = s->addr;
+		qp->rx_buf.sge[n].len = s->length;
+		qp->rx_buf.total += s->length;
+		n++;
+	}
+	qp->rx_buf.num_sge = n;
+	qp->rx_buf_valid = true;
+	qp->rx_rq_idx = idx;
+	qp->rx_buf_msn = msn;
+	spin_unlock_bh(&qp->lock);
+	*bufp = &qp->rx_buf;
+	return 0;
+none:
+	spin_unlock_bh(&qp->lock);
+	return -ENOENT;
+}
+
+static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
+		     u32 len)
+{
+	struct kw_qp *qp = ctx;
+
+	kw_mr_copy_to(cookie, off, src, len);
+	qp->rx_bytes += len;
+}
+
+static void term(struct kw_term *t, u8 layer, u8 etype, u8 ecode)
+{
+	memset(t, 0, sizeof(*t));
+	t->layer = layer;
+	t->etype = etype;
+	t->ecode = ecode;
+}
+
+/* CQE status for a WR that a received Terminate failed. */
+static u8 term_status(const struct kw_term *t)
+{
+	if (t->layer == KW_TERM_LAYER_RDMAP &&
+	    t->etype == KW_TERM_RDMAP_ETYPE_REMOTE_PROT)
+		return KIWARP_WC_REM_ACCESS_ERR;
+	if (t->layer == KW_TERM_LAYER_DDP &&
+	    t->etype == KW_TERM_DDP_ETYPE_TAGGED)
+		return KIWARP_WC_REM_ACCESS_ERR;
+	if (t->layer == KW_TERM_LAYER_DDP &&
+	    t->etype == KW_TERM_DDP_ETYPE_UNTAGGED)
+		return KIWARP_WC_REM_INV_REQ_ERR;
+	if (t->layer == KW_TERM_LAYER_LLP)
+		return KIWARP_WC_FATAL_ERR;
+	return KIWARP_WC_REM_OP_ERR;
+}
+
+static void rx_terminate(struct kw_qp *qp, const u8 *payload, u32 len)
+{
+	struct kw_term t;
+	u32 i;
+
+	if (kw_term_decode(payload, len, &t))
+		term(&t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+		     KW_TERM_RDMAP_UNSPECIFIED);
+	spin_lock_bh(&qp->lock);
+	qp->term_rcvd = (struct kiwarp_term_info){
+		.valid = 1, .layer = t.layer, .etype = t.etype,
+		.ecode = t.ecode,
+	};
+	/* The oldest unfinished send WR is the one the peer refused. */
+	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
+		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
+
+		if (wr->done)
+			continue;
+		wr->done = true;
+		wr->status = term_status(&t);
+		wr->term = qp->term_rcvd;
+		break;
+	}
+	qp->orq_head = qp->orq_tail;
+	spin_unlock_bh(&qp->lock);
+	kw_qp_sq_complete(qp);
+	kw_qp_set_error(qp);
+}
+
+static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
+{
+	struct kw_read_req r;
+	struct kw_mr *mr = NULL;
+	struct kw_irq *e;
+
+	kw_read_req_decode(payload, &r);
+	if (r.size) {
+		/* RFC 5040 section 7.2: the Data Source validates the
+		 * source STag, bounds and Remote Read right. */
+		mr = kw_mr_get(r.src_stag);
+		if (!mr || !READ_ONCE(mr->valid)) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_INV_STAG);
+			goto bad;
+		}
+		if (mr->pd_id != qp->pd_id) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_STAG_NOT_ASSOC);
+			goto bad;
+		}
+		if (!(mr->access & KIWARP_ACCESS_REMOTE_READ)) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_ACCESS);
+			goto bad;
+		}
+		if (r.src_to + r.size < r.src_to) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_TO_WRAP);
+			goto bad;
+		}
+		if (r.src_to < mr->addr || r.src_to + r.size > mr->addr + mr->len) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_BASE_BOUNDS);
+			goto bad;
+		}
+	}
+
+	spin_lock_bh(&qp->lock);
+	if (qp->irq_tail - qp->irq_head >= qp->irq_size) {
+		spin_unlock_bh(&qp->lock);
+		/* More Reads outstanding than the IRD we granted. */
+		term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+		     KW_TERM_RDMAP_CATASTROPHIC_STREAM);
+		goto bad;
+	}
+	e = &qp->irq[qp->irq_tail++ % qp->irq_size];
+	e->req = r;
+	e->src = mr;
+	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_READ && !r.size)
+		qp->rtr_wait = false;
+	spin_unlock_bh(&qp->lock);
+	kw_qp_kick_tx(qp);
+	return 0;
+bad:
+	if (mr)
+		kw_mr_put(mr);
+	return -EPROTO;
+}
+
+static int rx_read_resp_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
+			     struct kw_term *t)
+{
+	struct kw_orq *o;
+
+	spin_lock_bh(&qp->lock);
+	if (qp->orq_head == qp->orq_tail) {
+		spin_unlock_bh(&qp->lock);
+		/* A Read Response nobody asked for. */
+		term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+		     KW_TERM_RDMAP_UNEXP_OPCODE);
+		return -EPROTO;
+	}
+	o = &qp->orq[qp->orq_head++ % qp->orq_size];
+	if (o->sq_idx != ~0U) {
+		struct kw_wr *wr = &qp->sq_wr[o->sq_idx & (qp->sq.entries - 1)];
+
+		if (!wr->done) {
+			wr->done = true;
+			wr->byte_len = o->len;
+		}
+	}
+	spin_unlock_bh(&qp->lock);
+	kw_qp_sq_complete(qp);
+	kw_qp_kick_tx(qp);	/* a Read waiting for ORD space may go */
+	return 0;
+}
+
+static int rx_send_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
+			u32 placed, struct kw_term *t)
+{
+	u8 flags = 0;
+	u32 inv = 0;
+
+	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_SEND) {
+		/* The zero-length Send RTR consumes no receive WR. */
+		qp->rtr_wait = false;
+		kw_qp_kick_tx(qp);
+		return 0;
+	}
+	if (!h->last)
+		return 0;
+	if (h->opcode == KW_OP_SEND_INV || h->opcode == KW_OP_SEND_SE_INV) {
+		/* RFC 5040 section 5.3: invalidate before completion. */
+		if (kw_mr_invalidate(h->inv_stag, qp->pd_id)) {
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			     KW_TERM_RDMAP_STAG_CANT_INV);
+			return -EPROTO;
+		}
+		flags |= KIWARP_WC_WITH_INV;
+		inv = h->inv_stag;
+	}
+	if (h->opcode == KW_OP_SEND_SE || h->opcode == KW_OP_SEND_SE_INV)
+		flags |= KIWARP_WC_SOLICITED;
+
+	spin_lock_bh(&qp->lock);
+	if (qp->rx_buf_valid && qp->rx_rq_idx == qp->rq_compl)
+		kw_qp_rq_complete(qp, qp->rx_rq_idx, KIWARP_WC_SUCCESS,
+				  h->mo + placed, flags, inv);
+	spin_unlock_bh(&qp->lock);
+	rx_buf_release(qp);
+	return 0;
+}
+
+static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
+			   const u8 *payload, u32 placed, struct kw_term *t)
+{
+	struct kw_qp *qp = ctx;
+
+	switch (h->opcode) {
+	case KW_OP_WRITE:
+		rx_mr_release(qp);
+		if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_WRITE && !placed) {
+			qp->rtr_wait = false;
+			kw_qp_kick_tx(qp);
+		}
+		return 0;
+	case KW_OP_READ_RESP:
+		rx_mr_release(qp);
+		return h->last ? rx_read_resp_done(qp, h, t) : 0;
+	case KW_OP_SEND:
+	case KW_OP_SEND_SE:
+	case KW_OP_SEND_INV:
+	case KW_OP_SEND_SE_INV:
+		return rx_send_done(qp, h, placed, t);
+	case KW_OP_READ_REQ:
+		return rx_read_req(qp, payload, t);
+	case KW_OP_TERMINATE:
+		rx_terminate(qp, payload, placed);
+		return 0;
+	}
+	term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+	     KW_TERM_RDMAP_UNEXP_OPCODE);
+	return -EPROTO;
+}
+
+static const struct kw_rx_ops kw_rx_ops = {
+	.lookup_stag = rx_lookup_stag,
+	.get_rx_buf = rx_get_buf,
+	.place = rx_place,
+	.segment_done = rx_segment_done,
+};
+
+/* ------------------------------------------------------------ TCP glue */
+
+static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
+		    unsigned int offset, size_t len)
+{
+	struct kw_qp *qp = desc->arg.data;
+	struct skb_seq_state st;
+	unsigned int consumed = 0, n;
+	const u8 *data;
+
+	/* After a protocol error everything that follows is discarded. */
+	if (kw_rx_failed(&qp->rx) || READ_ONCE(qp->state) >= KIWARP_QPS_TERMINATE)
+		return len;
+
+	skb_prepare_seq_read(skb, offset, offset + len, &st);
+	while ((n = skb_seq_read(consumed, &data, &st)) != 0) {
+		size_t used = kw_rx_input(&qp->rx, data, n);
+
+		consumed += used;
+		if (used < n || kw_rx_failed(&qp->rx)) {
+			skb_abort_seq_read(&st);
+			rx_mr_release(qp);
+			kw_qp_fail(qp, &qp->rx.term, qp->rx.bad, qp->rx.bad_len);
+			return len;
+		}
+	}
+	return len;
+}
+
+/* sk_data_ready: runs in softirq, or in process context under lock_sock. */
+void kw_rx_data_ready(struct sock *sk)
+{
+	read_descriptor_t rd = { .count = 1 };
+	struct kw_qp *qp;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	qp = sk->sk_user_data;
+	if (qp && qp->cb_installed) {
+		rd.arg.data = qp;
+		tcp_read_sock(sk, &rd, rx_actor);
+	}
+	read_unlock_bh(&sk->sk_callback_lock);
+}
+
+void kw_rx_setup(struct kw_qp *qp)
+{
+	kw_rx_init(&qp->rx, &kw_rx_ops, qp, qp->mpa.crc, qp->pd_id);
+}
+
+/* Drop the receive path's references; callbacks are uninstalled. */
+void kw_rx_release(struct kw_qp *qp)
+{
+	rx_mr_release(qp);
+	rx_buf_release(qp);
+}
