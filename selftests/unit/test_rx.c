@@ -1,0 +1,627 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Receive parser (kw_rx_input): placement, chunking invariance, and every
+ * Terminate case with its exact layer / error type / error code.
+ */
+#include "harness.h"
+#include "testlib.h"
+
+static u8 stream[8192];
+
+/* Feed the whole stream with chunk size step (0 = one call). */
+static size_t feed(struct kw_rx *rx, const u8 *p, size_t len, size_t step)
+{
+	size_t done = 0;
+
+	if (!step)
+		return kw_rx_input(rx, p, len);
+	while (done < len) {
+		size_t n = len - done < step ? len - done : step;
+		size_t c = kw_rx_input(rx, p + done, n);
+
+		done += c;
+		if (c < n)
+			break;
+	}
+	return done;
+}
+
+struct run {
+	struct world w;
+	struct kw_rx rx;
+	size_t consumed;
+};
+
+static void run_stream(struct run *r, const u8 *p, size_t len, bool crc,
+		       size_t step)
+{
+	world_init(&r->w);
+	kw_rx_init(&r->rx, &w_ops, &r->w, crc, W_PD);
+	r->consumed = feed(&r->rx, p, len, step);
+}
+
+/* A stream of mixed messages used by the chunking tests. */
+static int mixed_stream(u8 *out, bool crc)
+{
+	struct kw_read_req rr = { 0x200, 0x2000, 64, 0x77, 0x9000 };
+	u8 body[28];
+	struct kw_tx_msg m;
+	int n = 0, k;
+
+	pattern_init();
+	m = msg_send(1, 110, crc);
+	m.mulpdu = 60;
+	k = build_msg(&m, pattern, out + n, 8192 - n);
+	n += k;
+	m = msg_write(W_STAG, 0x1003, 200, crc);
+	m.mulpdu = 77;
+	k = build_msg(&m, pattern + 5, out + n, 8192 - n);
+	n += k;
+	kw_read_req_encode(&rr, body);
+	m = (struct kw_tx_msg){ .opcode = KW_OP_READ_REQ, .crc = crc,
+		.mulpdu = 1000, .qn = 1, .msn = 1, .inline_data = body,
+		.inline_len = 28 };
+	k = build_msg(&m, NULL, out + n, 8192 - n);
+	n += k;
+	m = msg_write(0xdead, 0, 0, crc);		/* RTR-like */
+	k = build_msg(&m, NULL, out + n, 8192 - n);
+	n += k;
+	m = msg_send(2, 0, crc);
+	k = build_msg(&m, NULL, out + n, 8192 - n);
+	n += k;
+	m = (struct kw_tx_msg){ .opcode = KW_OP_READ_RESP, .crc = crc,
+		.mulpdu = 1000, .len = 20, .stag = W_STAG_LOCAL, .to = 0x20e8 };
+	k = build_msg(&m, pattern + 9, out + n, 8192 - n);
+	n += k;
+	return n;
+}
+
+static void check_mixed(int *kwt_fail, struct run *r, size_t n)
+{
+	int i;
+
+	ASSERT_EQ(r->consumed, n);
+	ASSERT_FALSE(kw_rx_failed(&r->rx));
+	ASSERT_EQ(r->rx.state, KW_RX_HDR);
+	ASSERT_EQ(r->rx.hdr_got, 0);
+	/* 2 Send FPDUs (110 = 42 + 42 + 26 -> 3), 4 Write FPDUs (63 each),
+	 * Read Request, zero Write, zero Send, Read Response */
+	ASSERT_EQ(r->w.nseg, 3 + 4 + 1 + 1 + 1 + 1);
+	EXPECT_EQ(r->rx.fpdus, 11);
+	EXPECT_EQ(r->rx.payload_bytes, 110 + 200 + 28 + 0 + 0 + 20);
+	/* Send: 10 bytes in sge0 (mem1 + 0), 100 in sge1 (mem1 + 0x80) */
+	EXPECT_MEMEQ(r->w.mem[1], pattern, 10);
+	EXPECT_MEMEQ(r->w.mem[1] + 0x80, pattern + 10, 100);
+	/* Write at 0x1003 of MR base 0x1000 */
+	EXPECT_MEMEQ(r->w.mem[0] + 3, pattern + 5, 200);
+	/* Read Response at 0x20f0 (overwrites nothing of the Send) */
+	EXPECT_MEMEQ(r->w.mem[1] + 0xe8, pattern + 9, 20);
+	EXPECT_EQ(r->w.seg[7].opcode, KW_OP_READ_REQ);
+	EXPECT_TRUE(r->w.inl_valid[7]);
+	EXPECT_EQ(r->w.placed[7], 28);
+	EXPECT_EQ(get_unaligned_be32(r->w.inl[7] + 12), 64);
+	EXPECT_EQ(r->w.seg[8].opcode, KW_OP_WRITE);
+	EXPECT_EQ(r->w.placed[8], 0);
+	EXPECT_EQ(r->w.seg[8].stag, 0xdead);
+	for (i = 0; i < r->w.nseg; i++)
+		EXPECT_EQ(r->w.seg[i].last, i == 2 || i >= 6);
+	EXPECT_EQ(r->rx.msn[0], 3);
+	EXPECT_EQ(r->rx.msn[1], 2);
+	EXPECT_EQ(r->rx.msn[2], 1);
+}
+
+TEST(rx_mixed_one_chunk_nocrc)
+{
+	static struct run r;
+	int n = mixed_stream(stream, false);
+
+	run_stream(&r, stream, n, false, 0);
+	check_mixed(kwt_fail, &r, n);
+}
+
+TEST(rx_mixed_one_chunk_crc)
+{
+	static struct run r;
+	int n = mixed_stream(stream, true);
+
+	run_stream(&r, stream, n, true, 0);
+	check_mixed(kwt_fail, &r, n);
+}
+
+TEST(rx_bytewise_equals_one_chunk)
+{
+	static struct run a, b;
+	size_t steps[] = { 1, 2, 3, 5, 7, 13, 64 };
+	unsigned int i;
+	int crc;
+
+	for (crc = 0; crc < 2; crc++) {
+		int n = mixed_stream(stream, crc);
+
+		run_stream(&a, stream, n, crc, 0);
+		for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+			run_stream(&b, stream, n, crc, steps[i]);
+			check_mixed(kwt_fail, &b, n);
+			ASSERT_EQ(b.w.nseg, a.w.nseg);
+			ASSERT_MEMEQ(b.w.mem, a.w.mem, sizeof(a.w.mem));
+			ASSERT_MEMEQ(b.w.seg, a.w.seg, sizeof(a.w.seg));
+			ASSERT_MEMEQ(b.w.placed, a.w.placed,
+				     sizeof(a.w.placed));
+			ASSERT_EQ(b.rx.payload_bytes, a.rx.payload_bytes);
+		}
+	}
+}
+
+TEST(rx_send_split_across_sges)
+{
+	static struct run r;
+	struct kw_tx_msg m = msg_send(1, 110, false);
+	int n;
+
+	pattern_init();
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	run_stream(&r, stream, n, false, 0);
+	ASSERT_FALSE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.w.nplace, 2);
+	EXPECT_MEMEQ(r.w.mem[1], pattern, 10);
+	EXPECT_MEMEQ(r.w.mem[1] + 0x80, pattern + 10, 100);
+	EXPECT_EQ(r.w.mem[1][10], 0);
+}
+
+/* --- Terminate cases ------------------------------------------------- */
+
+#define EXPECT_TERM(r, l, e, c)						\
+	do {								\
+		ASSERT_TRUE(kw_rx_failed(&(r)->rx));			\
+		EXPECT_EQ((r)->rx.term.layer, l);			\
+		EXPECT_EQ((r)->rx.term.etype, e);			\
+		EXPECT_EQ((r)->rx.term.ecode, c);			\
+	} while (0)
+
+static struct run tr;
+
+static void run_one(const struct kw_tx_msg *m, const u8 *pl,
+		    void (*mut)(u8 *), struct world *pre)
+{
+	int n = build_msg(m, pl, stream, sizeof(stream));
+
+	if (mut)
+		mut(stream);
+	if (m->crc)
+		fix_crc(stream);
+	world_init(&tr.w);
+	if (pre)
+		tr.w = *pre;
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, m->crc, W_PD);
+	tr.consumed = kw_rx_input(&tr.rx, stream, n);
+}
+
+static void mut_ddp_ver0(u8 *p) { p[2] &= ~KW_DDP_VERSION_MASK; }
+static void mut_ddp_ver2(u8 *p) { p[2] = (p[2] & ~3) | 2; }
+static void mut_rdmap_ver(u8 *p) { p[3] = (p[3] & 0x3f); }
+static void mut_opcode8(u8 *p) { p[3] = (p[3] & 0xf0) | 8; }
+static void mut_opcode15(u8 *p) { p[3] = (p[3] & 0xf0) | 15; }
+static void mut_untag_to_write(u8 *p) { p[3] = (p[3] & 0xf0) | 0; }
+static void mut_qn3(u8 *p) { put_unaligned_be32(3, p + 8); }
+static void mut_qn1(u8 *p) { put_unaligned_be32(1, p + 8); }
+static void mut_msn2(u8 *p) { put_unaligned_be32(2, p + 12); }
+static void mut_mo4(u8 *p) { put_unaligned_be32(4, p + 16); }
+static void mut_mo100(u8 *p) { put_unaligned_be32(100, p + 16); }
+static void mut_len13(u8 *p) { put_unaligned_be16(13, p); }
+
+TEST(term_ddp_version_tagged)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 8, false);
+
+	run_one(&m, pattern, mut_ddp_ver0, NULL);
+	EXPECT_TERM(&tr, 1, 1, 4);
+	EXPECT_TRUE(tr.rx.term.has_len);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_FALSE(tr.rx.term.has_rdmap_hdr);
+	EXPECT_EQ(tr.consumed, 16);	/* stopped right after the header */
+	EXPECT_EQ(tr.rx.bad_len, 16);
+	EXPECT_EQ(tr.w.nplace, 0);
+}
+
+TEST(term_ddp_version_untagged)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+
+	run_one(&m, pattern, mut_ddp_ver2, NULL);
+	EXPECT_TERM(&tr, 1, 2, 6);
+	EXPECT_EQ(tr.consumed, 20);
+	EXPECT_EQ(tr.w.nget, 0);
+}
+
+TEST(term_rdmap_version)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+
+	run_one(&m, pattern, mut_rdmap_ver, NULL);
+	EXPECT_TERM(&tr, 0, 2, 0);
+}
+
+TEST(term_opcode_reserved)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+
+	run_one(&m, pattern, mut_opcode8, NULL);
+	EXPECT_TERM(&tr, 0, 2, 1);
+	run_one(&m, pattern, mut_opcode15, NULL);
+	EXPECT_TERM(&tr, 0, 2, 1);
+}
+
+TEST(term_opcode_wrong_tagging)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+	struct kw_tx_msg w = msg_write(W_STAG, 0x1000, 8, false);
+
+	/* untagged Write */
+	run_one(&m, pattern, mut_untag_to_write, NULL);
+	EXPECT_TERM(&tr, 0, 2, 1);
+	/* tagged Send */
+	w.opcode = KW_OP_WRITE;
+	run_one(&w, pattern, mut_opcode8, NULL);
+	EXPECT_TERM(&tr, 0, 2, 1);
+	w.opcode = KW_OP_WRITE;
+	run_one(&w, pattern, NULL, NULL);
+	ASSERT_FALSE(kw_rx_failed(&tr.rx));
+	/* tagged with Send opcode (3) */
+	{
+		int n = build_msg(&w, pattern, stream, sizeof(stream));
+
+		stream[3] = 0x43;
+		world_init(&tr.w);
+		kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
+		kw_rx_input(&tr.rx, stream, n);
+		EXPECT_TERM(&tr, 0, 2, 1);
+	}
+}
+
+TEST(term_ulpdu_shorter_than_header)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 8, false);
+
+	run_one(&m, pattern, mut_len13, NULL);
+	EXPECT_TERM(&tr, 1, 0, 0);
+}
+
+TEST(term_invalid_qn)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+
+	run_one(&m, pattern, mut_qn3, NULL);
+	EXPECT_TERM(&tr, 1, 2, 1);
+	/* a Send on the Read Request queue */
+	run_one(&m, pattern, mut_qn1, NULL);
+	EXPECT_TERM(&tr, 1, 2, 1);
+}
+
+TEST(term_msn_range)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+
+	run_one(&m, pattern, mut_msn2, NULL);
+	EXPECT_TERM(&tr, 1, 2, 3);
+	EXPECT_EQ(tr.w.nget, 0);
+}
+
+TEST(msn_advances_per_message)
+{
+	static struct run r;
+	struct kw_tx_msg m = msg_send(1, 60, false);
+	int n, k;
+
+	m.mulpdu = 40;		/* 3 FPDUs for MSN 1 */
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	m.msn = 2;
+	n += build_msg(&m, pattern, stream + n, sizeof(stream) - n);
+	k = n;
+	m.msn = 2;		/* repeat: now out of range */
+	n += build_msg(&m, pattern, stream + n, sizeof(stream) - n);
+	run_stream(&r, stream, n, false, 0);
+	EXPECT_EQ(r.w.nseg, 6);
+	EXPECT_EQ(r.rx.msn[0], 3);
+	ASSERT_TRUE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.rx.term.ecode, KW_TERM_DDP_U_INV_MSN_RANGE);
+	EXPECT_EQ(r.consumed, (size_t)k + 20);
+}
+
+TEST(term_no_rx_buffer)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+	struct world w;
+
+	world_init(&w);
+	w.have_rbuf = false;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 1, 2, 2);
+}
+
+TEST(term_msg_too_long)
+{
+	struct kw_tx_msg m = msg_send(1, 111, false);
+
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 2, 5);
+	EXPECT_EQ(tr.w.nplace, 0);
+	/* MO pushes a short segment beyond the buffer */
+	m.len = 20;
+	run_one(&m, pattern, mut_mo100, NULL);
+	EXPECT_TERM(&tr, 1, 2, 5);
+}
+
+TEST(term_sge_without_local_write)
+{
+	struct kw_tx_msg m = msg_send(1, 50, false);
+	struct world w;
+
+	world_init(&w);
+	w.rbuf.sge[1].mr.access = KW_ACC_REMOTE_READ;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 0, 0, 0);
+	EXPECT_EQ(tr.w.nplace, 0);
+	/* only SGE 0 touched: fine */
+	m.len = 10;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+	/* invalidated MR behind an SGE */
+	world_init(&w);
+	w.rbuf.sge[0].mr.valid = false;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 0, 0, 0);
+	/* SGE outside its MR */
+	world_init(&w);
+	w.rbuf.sge[1].addr = 0x2000 + 200;
+	m.len = 50;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 0, 0, 0);
+}
+
+static void rreq(struct kw_tx_msg *m, u8 *body, u32 len)
+{
+	struct kw_read_req r = { 0x300, 0x4000, 512, W_STAG, 0x1000 };
+
+	kw_read_req_encode(&r, body);
+	*m = (struct kw_tx_msg){ .opcode = KW_OP_READ_REQ, .mulpdu = 1000,
+		.qn = 1, .msn = 1, .inline_data = body, .inline_len = len };
+}
+
+TEST(term_read_req_bad_mo)
+{
+	struct kw_tx_msg m;
+	u8 body[64];
+
+	rreq(&m, body, 28);
+	run_one(&m, NULL, mut_mo4, NULL);
+	EXPECT_TERM(&tr, 1, 2, 4);
+}
+
+TEST(term_read_req_bad_length)
+{
+	struct kw_tx_msg m;
+	u8 body[64] = { 0 };
+	int n;
+
+	rreq(&m, body, 28);
+	n = build_msg(&m, NULL, stream, sizeof(stream));
+	ASSERT_EQ(n, 2 + 46 + 4);
+	/* claim 47 bytes of ULPDU */
+	put_unaligned_be16(47, stream);
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
+	kw_rx_input(&tr.rx, stream, n);
+	EXPECT_TERM(&tr, 0, 2, 2);
+	EXPECT_EQ(tr.w.nseg, 0);
+}
+
+TEST(term_read_req_not_last)
+{
+	struct kw_tx_msg m;
+	u8 body[64];
+	int n;
+
+	rreq(&m, body, 28);
+	n = build_msg(&m, NULL, stream, sizeof(stream));
+	stream[2] &= ~KW_DDP_FLAG_LAST;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
+	kw_rx_input(&tr.rx, stream, n);
+	EXPECT_TERM(&tr, 0, 2, 2);
+}
+
+TEST(term_from_segment_done_read_req)
+{
+	struct kw_tx_msg m;
+	u8 body[64], out[KW_TERM_MAX_LEN];
+	struct world w;
+	int n;
+
+	rreq(&m, body, 28);
+	world_init(&w);
+	w.done_ret = -EPROTO;
+	w.done_term = (struct kw_term){ .layer = 0, .etype = 2, .ecode = 1 };
+	n = build_msg(&m, NULL, stream, sizeof(stream));
+	run_one(&m, NULL, NULL, &w);
+	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_EQ(tr.consumed, (size_t)n);	/* whole FPDU consumed */
+	EXPECT_EQ(tr.w.nseg, 1);
+	EXPECT_EQ(tr.rx.msn[1], 1);		/* not advanced */
+	EXPECT_TRUE(tr.rx.term.has_len);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_TRUE(tr.rx.term.has_rdmap_hdr);
+	ASSERT_EQ(tr.rx.bad_len, 48);
+	ASSERT_EQ(kw_term_encode(&tr.rx.term, tr.rx.bad, tr.rx.bad_len, out),
+		  4 + 2 + 18 + 28);
+	EXPECT_EQ(out[0], 0x02);
+	EXPECT_EQ(out[1], 0x01);
+	EXPECT_EQ(out[2], 0xe0);
+	EXPECT_MEMEQ(out + 4, stream, 48);
+}
+
+TEST(term_write_unknown_stag)
+{
+	struct kw_tx_msg m = msg_write(0x999, 0x1000, 8, false);
+
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 1, 0);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_EQ(tr.w.nlookup, 1);
+}
+
+TEST(term_read_resp_unknown_stag)
+{
+	struct kw_tx_msg m = msg_write(0x999, 0x1000, 8, false);
+
+	m.opcode = KW_OP_READ_RESP;
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 1, 0);
+}
+
+TEST(term_write_invalidated_mr)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 8, false);
+	struct world w;
+
+	world_init(&w);
+	w.mr[0].valid = false;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 1, 1, 0);
+}
+
+TEST(term_write_pd_mismatch)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 8, false);
+	struct world w;
+
+	world_init(&w);
+	w.mr[0].pd = W_PD + 1;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 1, 1, 2);
+}
+
+TEST(term_write_bounds)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000 + 250, 8, false);
+
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 1, 1);
+	m.to = 0xfff;		/* below base */
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 1, 1);
+	m.to = 0x1000 + 248;	/* exactly up to the end: fine */
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+	EXPECT_MEMEQ(tr.w.mem[0] + 248, pattern, 8);
+}
+
+TEST(term_write_to_wrap)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, ~0ULL - 3, 8, false);
+
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 1, 1, 3);
+}
+
+TEST(term_write_no_remote_write)
+{
+	struct kw_tx_msg m = msg_write(W_STAG_LOCAL, 0x2000, 8, false);
+
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_TERM(&tr, 0, 1, 2);
+	EXPECT_TRUE(tr.rx.term.has_len);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_FALSE(tr.rx.term.has_rdmap_hdr);
+	/* a Read Response into the same local-write MR is fine */
+	m.opcode = KW_OP_READ_RESP;
+	run_one(&m, pattern, NULL, NULL);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+}
+
+TEST(zero_length_write_skips_validation)
+{
+	struct kw_tx_msg m = msg_write(1, 0, 0, true);
+
+	run_one(&m, NULL, NULL, NULL);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+	EXPECT_EQ(tr.w.nlookup, 0);
+	EXPECT_EQ(tr.w.nseg, 1);
+	EXPECT_EQ(tr.w.placed[0], 0);
+}
+
+TEST(term_crc_mismatch)
+{
+	struct kw_tx_msg m = msg_send(1, 8, true);
+	int n = build_msg(&m, pattern, stream, sizeof(stream));
+
+	stream[n - 1] ^= 1;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	tr.consumed = kw_rx_input(&tr.rx, stream, n);
+	EXPECT_TERM(&tr, 2, 0, 2);
+	EXPECT_FALSE(tr.rx.term.has_len);
+	EXPECT_FALSE(tr.rx.term.has_ddp_hdr);
+	EXPECT_EQ(tr.w.nseg, 0);
+	EXPECT_EQ(tr.consumed, (size_t)n);
+	/* payload corruption also detected */
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	stream[22] ^= 0x80;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	kw_rx_input(&tr.rx, stream, n);
+	EXPECT_TERM(&tr, 2, 0, 2);
+	/* without CRC negotiated the field is ignored */
+	m.crc = false;
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	stream[n - 1] = 0x5a;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
+	kw_rx_input(&tr.rx, stream, n);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+}
+
+TEST(terminate_message_received)
+{
+	struct kw_term t = { .layer = 1, .etype = 1, .ecode = 0,
+		.has_len = true, .has_ddp_hdr = true }, d;
+	u8 bad[16] = { 0, 14, 0xc1, 0x40, 0, 0, 0, 9 }, body[KW_TERM_MAX_LEN];
+	struct kw_tx_msg m;
+	int len;
+
+	len = kw_term_encode(&t, bad, sizeof(bad), body);
+	ASSERT_EQ(len, 4 + 16);
+	m = (struct kw_tx_msg){ .opcode = KW_OP_TERMINATE, .mulpdu = 1000,
+		.qn = 2, .msn = 1, .inline_data = body, .inline_len = len };
+	run_one(&m, NULL, NULL, NULL);
+	ASSERT_FALSE(kw_rx_failed(&tr.rx));
+	ASSERT_EQ(tr.w.nseg, 1);
+	EXPECT_TRUE(tr.w.inl_valid[0]);
+	ASSERT_EQ(tr.w.placed[0], (u32)len);
+	ASSERT_EQ(kw_term_decode(tr.w.inl[0], len, &d), 0);
+	EXPECT_EQ(d.layer, 1);
+	EXPECT_EQ(d.etype, 1);
+	EXPECT_TRUE(d.has_ddp_hdr);
+	EXPECT_EQ(tr.rx.msn[2], 2);
+}
+
+TEST(term_terminate_too_short)
+{
+	u8 body[4] = { 0 };
+	struct kw_tx_msg m = { .opcode = KW_OP_TERMINATE, .mulpdu = 1000,
+		.qn = 2, .msn = 1, .inline_data = body, .inline_len = 2 };
+
+	run_one(&m, NULL, NULL, NULL);
+	EXPECT_TERM(&tr, 0, 2, 2);
+}
+
+TEST(error_state_is_sticky)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+	int n;
+
+	run_one(&m, pattern, mut_qn3, NULL);
+	ASSERT_TRUE(kw_rx_failed(&tr.rx));
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	EXPECT_EQ(kw_rx_input(&tr.rx, stream, n), 0);
+	EXPECT_EQ(tr.rx.term.ecode, KW_TERM_DDP_U_INV_QN);
+}
