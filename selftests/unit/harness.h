@@ -66,6 +66,9 @@ static int kwt_ncases;
 #define EXPECT_EQ(a, b)	KWT_CMP(a, ==, b, 0)
 #define EXPECT_NE(a, b)	KWT_CMP(a, !=, b, 0)
 #define EXPECT_LE(a, b)	KWT_CMP(a, <=, b, 0)
+#define EXPECT_LT(a, b)	KWT_CMP(a, <, b, 0)
+#define EXPECT_GT(a, b)	KWT_CMP(a, >, b, 0)
+#define EXPECT_GE(a, b)	KWT_CMP(a, >=, b, 0)
 #define EXPECT_TRUE(c)	KWT_CHECK((c), 0, "%s is false", #c)
 #define EXPECT_FALSE(c)	KWT_CHECK(!(c), 0, "%s is true", #c)
 #define ASSERT_MEMEQ(a, b, n)						\
