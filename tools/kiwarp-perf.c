@@ -106,17 +106,31 @@ struct ctx {
 	uint64_t sends_out;	/* signaled send WRs not yet completed */
 };
 
-static int quiet;
+static int quiet, json_out;
 
+/*
+ * Print the error and exit. With --json a machine-readable line goes to
+ * stdout too: {"status":"error","exit":N,"message":"..."}.
+ */
 static void die(int code, const char *fmt, ...)
 {
+	char msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
-	fprintf(stderr, "kiwarp-perf: ");
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "kiwarp-perf: %s\n", msg);
+	if (json_out) {
+		printf("{\"status\":\"error\",\"exit\":%d,\"message\":\"", code);
+		for (const char *p = msg; *p; p++)
+			if (*p == '"' || *p == '\\')
+				printf("\\%c", *p);
+			else if ((unsigned char)*p >= 0x20)
+				putchar(*p);
+		printf("\"}\n");
+		fflush(stdout);
+	}
 	exit(code);
 }
 
@@ -223,7 +237,12 @@ static void fail_cqe(struct ctx *c, const struct kiwarp_cqe *e)
 		report_term("sent", &q.term_sent);
 		report_term("received", &q.term_rcvd);
 	}
-	exit(1);
+	if (e->term.valid)
+		die(1, "%s completion failed: %s; Terminate: %s",
+		    kw_wr_opcode_str(e->opcode), kw_wc_status_str(e->status),
+		    kw_term_str(e->term.layer, e->term.etype, e->term.ecode));
+	die(1, "%s completion failed: %s", kw_wr_opcode_str(e->opcode),
+	    kw_wc_status_str(e->status));
 }
 
 static void fail_errno(int err, const char *what)
@@ -589,7 +608,7 @@ static void check_qp_alive(struct ctx *c)
 		kw_qp_state_str(q.state));
 	report_term("sent", &q.term_sent);
 	report_term("received", &q.term_rcvd);
-	exit(1);
+	die(1, "QP left RTS (state %s)", kw_qp_state_str(q.state));
 }
 
 static uint8_t seqbyte(uint32_t i)
@@ -730,13 +749,10 @@ static void server_size(struct ctx *c, uint32_t size)
 		memset(c->rbuf, 0, size);	/* no stale data for the next size */
 	send_ctrl(c, bad ? CTRL_ACK_BAD : CTRL_ACK_OK);
 	drain_send_cq(c);
-	if (bad)
-		fprintf(stderr, "kiwarp-perf: verification failed (size %u)\n",
-			size);
-	else if (c->o.verify)
+	if (!bad && c->o.verify)
 		info("size %u: verified ok\n", size);
 	if (bad)
-		exit(1);
+		die(1, "verification failed (size %u)", size);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1127,6 +1143,7 @@ int main(int argc, char **argv)
 	if (!iters_set)
 		c.o.iters = c.o.mode == M_BW ? 5000 : 1000;
 	quiet = c.o.quiet || c.o.json;
+	json_out = c.o.json;
 	ret = c.o.server ? run_server(&c) : run_client(&c);
 	kw_modify_qp(c.qp, KIWARP_MODIFY_CLOSE);
 	return ret;
