@@ -230,7 +230,10 @@ static inline unsigned kw_sq_space(const struct kw_qp *qp)
 	 */
 	uint32_t cons = kw_smp_load_acquire(qp->sq.cons);
 
-	return qp->sq.entries - (uint32_t)(qp->sq.head - cons);
+	uint32_t used = qp->sq.head - cons;
+
+	/* A cons beyond our prod is bogus: claim no space. */
+	return used > qp->sq.entries ? 0 : qp->sq.entries - used;
 }
 
 /* Number of free slots in the receive ring. */
@@ -239,7 +242,10 @@ static inline unsigned kw_rq_space(const struct kw_qp *qp)
 	/* Pairs with the kernel's smp_store_release() of RQ cons. */
 	uint32_t cons = kw_smp_load_acquire(qp->rq.cons);
 
-	return qp->rq.entries - (uint32_t)(qp->rq.head - cons);
+	uint32_t used = qp->rq.head - cons;
+
+	/* A cons beyond our prod is bogus: claim no space. */
+	return used > qp->rq.entries ? 0 : qp->rq.entries - used;
 }
 
 /* Number of CQEs ready to be polled. */

@@ -143,6 +143,9 @@ static void test_sq_wrap(void)
 	      "refill after wrap");
 	ret = kw_post_send(&f.qp, wr, 1);
 	CHECK(ret == -EAGAIN, "full after wrap: -EAGAIN");
+	f.sq_cons = f.sq_prod + 5;	/* bogus: kernel "consumed" unposted WRs */
+	CHECK(kw_sq_space(&f.qp) == 0 && kw_post_send(&f.qp, wr, 1) == -EAGAIN,
+	      "cons ahead of prod: no space, nothing overwritten");
 }
 
 static void test_opcodes(void)
