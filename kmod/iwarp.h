@@ -288,8 +288,10 @@ struct kw_term {
 /*
  * Encode the Terminate payload (the bytes after the untagged DDP header of a
  * QN 2 message): control word, then, per the hdrct flags, the offending
- * segment's length and headers (copied from bad_hdr/bad_hdr_len, the bytes
- * of that FPDU starting at its MPA length field). Returns its length.
+ * segment's length and headers (copied from bad_fpdu/bad_fpdu_len, the
+ * bytes of that FPDU starting at its MPA length field). Returns its length,
+ * or -EINVAL if the flags are inconsistent (D without M, R without D) or
+ * bad_fpdu is too short for them.
  */
 int kw_term_encode(const struct kw_term *t, const u8 *bad_fpdu,
 		   u32 bad_fpdu_len, u8 out[KW_TERM_MAX_LEN]);
@@ -369,8 +371,9 @@ struct kw_mr_view {
 struct kw_rx_buf {
 	u32 num_sge;
 	struct {
-		struct kw_mr_view mr;	/* mr.valid etc. already checked? no:
-					 * the core checks LOCAL_WRITE+bounds */
+		struct kw_mr_view mr;	/* the core checks valid, LOCAL_WRITE
+					 * and addr/len within mr for every
+					 * SGE a segment touches */
 		u64 addr;		/* TO within mr */
 		u32 len;
 	} sge[KW_RX_MAX_SGE];
@@ -473,7 +476,9 @@ bool kw_rdmap_opcode_valid(u8 opcode, bool tagged);
 
 /* Decode a DDP/RDMAP header from p (hdr_len bytes available, at least 2 to
  * tell tagged from untagged). -EAGAIN if more bytes are needed, -EPROTO with
- * *term filled on a version/opcode/reserved-bit violation. */
+ * *term filled on a version/opcode violation. Reserved bits are ignored:
+ * RFC 5041 section 4.2 and RFC 5040 section 4.1 say they are not checked
+ * on receive. */
 int kw_ddp_hdr_decode(const u8 *p, u32 avail, struct kw_ddp_hdr *h,
 		      struct kw_term *term);
 /* Encode h into out; returns h->hdr_len. */
