@@ -449,15 +449,11 @@ static void rx_header_done(struct kw_rx *rx)
 	rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
 					rx->hdr_got);
 
-	rv = kw_ddp_hdr_decode(rx->hdr + 2, hlen, &rx->h, &rx->term);
-	if (rv) {
-		rx_fail_term(rx);
-		return;
-	}
 	/*
 	 * RFC 5044 section 4.1: the ULPDU holds the whole DDP header; a
 	 * shorter length cannot be a DDP segment (RFC 5041 section 7.2,
-	 * local catastrophic error, code 0).
+	 * local catastrophic error, code 0). Nothing can be skipped safely,
+	 * so this one is reported at once even with CRC.
 	 */
 	if (rx->ulpdu_len < hlen) {
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_CATASTROPHIC,
@@ -465,13 +461,33 @@ static void rx_header_done(struct kw_rx *rx)
 		return;
 	}
 	len = rx->ulpdu_len - hlen;
-	if (rx->h.tagged ? !rx_tagged(rx, len) : !rx_untagged(rx, len))
-		return;
-
+	rx->discard = false;
 	rx->data_done = 0;
 	rx->trailer_got = 0;
 	rx->trailer_need = kw_mpa_pad(rx->ulpdu_len) + 4;
-	if (op_inline(rx->h.opcode)) {
+
+	rv = kw_ddp_hdr_decode(rx->hdr + 2, hlen, &rx->h, &rx->term);
+	if (rv)
+		rx_fail_term(rx);
+	else if (rx->h.tagged)
+		rx_tagged(rx, len);
+	else
+		rx_untagged(rx, len);
+	if (rx->state == KW_RX_ERROR) {
+		/*
+		 * RFC 5044 section 6.1 / 8: with CRC the FPDU must pass the
+		 * CRC before DDP acts on it, so a header that fails DDP or
+		 * RDMAP checks may really be a corrupted one. Skip the
+		 * segment without placing anything and decide at the CRC:
+		 * bad CRC -> MPA CRC error, good CRC -> this Terminate.
+		 */
+		if (!rx->crc)
+			return;
+		rx->discard = true;
+		rx->buf = NULL;
+	}
+
+	if (op_inline(rx->h.opcode) && len <= sizeof(rx->inl)) {
 		rx->inl_got = 0;
 		rx->inl_need = len;
 		rx->data_left = 0;
@@ -544,7 +560,8 @@ static size_t rx_data(struct kw_rx *rx, const u8 *p, size_t len)
 
 	if (rx->crc)
 		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, p, n);
-	rx_place(rx, p, n);
+	if (!rx->discard)
+		rx_place(rx, p, n);
 	rx->data_done += n;
 	rx->data_left -= n;
 	if (!rx->data_left)
@@ -562,7 +579,9 @@ static size_t rx_inline(struct kw_rx *rx, const u8 *p, size_t len)
 		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
 						rx->inl_got);
 		/* keep the Read Request header for a Terminate's R part */
-		if (rx->h.opcode == KW_OP_READ_REQ) {
+		if (rx->h.opcode == KW_OP_READ_REQ &&
+		    rx->inl_got == KW_READ_REQ_LEN &&
+		    rx->bad_len == 2 + KW_DDP_UNTAGGED_HDR_LEN) {
 			memcpy(rx->bad + rx->bad_len, rx->inl, rx->inl_got);
 			rx->bad_len += rx->inl_got;
 		}
@@ -595,6 +614,11 @@ static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
 				 KW_TERM_LLP_CRC);
 			return n;
 		}
+	}
+	if (rx->discard) {
+		/* CRC good: the deferred header verdict stands */
+		rx_fail_term(rx);
+		return n;
 	}
 	placed = rx->data_done;
 	if (op_inline(rx->h.opcode)) {

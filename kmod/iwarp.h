@@ -434,6 +434,9 @@ struct kw_rx {
 	u16 ulpdu_len;
 	u32 data_left;		/* payload bytes still to place */
 	u32 data_done;		/* payload bytes placed in this segment */
+	bool discard;		/* CRC on and the header failed: skip the
+				 * FPDU, then report term if the CRC is
+				 * good (else an MPA CRC error) */
 	u8 trailer[7];
 	u32 trailer_got, trailer_need;
 	u32 crc_acc;
