@@ -238,7 +238,7 @@ TEST(term_rdmap_version)
 	struct kw_tx_msg m = msg_send(1, 8, false);
 
 	run_one(&m, pattern, mut_rdmap_ver, NULL);
-	EXPECT_TERM(&tr, 0, 2, 0);
+	EXPECT_TERM(&tr, 0, 2, 5);
 }
 
 TEST(term_opcode_reserved)
@@ -246,9 +246,9 @@ TEST(term_opcode_reserved)
 	struct kw_tx_msg m = msg_send(1, 8, false);
 
 	run_one(&m, pattern, mut_opcode8, NULL);
-	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_TERM(&tr, 0, 2, 6);
 	run_one(&m, pattern, mut_opcode15, NULL);
-	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_TERM(&tr, 0, 2, 6);
 }
 
 TEST(term_opcode_wrong_tagging)
@@ -258,11 +258,11 @@ TEST(term_opcode_wrong_tagging)
 
 	/* untagged Write */
 	run_one(&m, pattern, mut_untag_to_write, NULL);
-	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_TERM(&tr, 0, 2, 6);
 	/* tagged Send */
 	w.opcode = KW_OP_WRITE;
 	run_one(&w, pattern, mut_opcode8, NULL);
-	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_TERM(&tr, 0, 2, 6);
 	w.opcode = KW_OP_WRITE;
 	run_one(&w, pattern, NULL, NULL);
 	ASSERT_FALSE(kw_rx_failed(&tr.rx));
@@ -274,7 +274,7 @@ TEST(term_opcode_wrong_tagging)
 		world_init(&tr.w);
 		kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
 		kw_rx_input(&tr.rx, stream, n);
-		EXPECT_TERM(&tr, 0, 2, 1);
+		EXPECT_TERM(&tr, 0, 2, 6);
 	}
 }
 
@@ -411,7 +411,7 @@ TEST(term_read_req_bad_length)
 	world_init(&tr.w);
 	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
 	kw_rx_input(&tr.rx, stream, n);
-	EXPECT_TERM(&tr, 0, 2, 2);
+	EXPECT_TERM(&tr, 0, 2, 7);
 	EXPECT_EQ(tr.w.nseg, 0);
 }
 
@@ -427,7 +427,7 @@ TEST(term_read_req_not_last)
 	world_init(&tr.w);
 	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
 	kw_rx_input(&tr.rx, stream, n);
-	EXPECT_TERM(&tr, 0, 2, 2);
+	EXPECT_TERM(&tr, 0, 2, 7);
 }
 
 TEST(term_from_segment_done_read_req)
@@ -440,10 +440,10 @@ TEST(term_from_segment_done_read_req)
 	rreq(&m, body, 28);
 	world_init(&w);
 	w.done_ret = -EPROTO;
-	w.done_term = (struct kw_term){ .layer = 0, .etype = 2, .ecode = 1 };
+	w.done_term = (struct kw_term){ .layer = 0, .etype = 2, .ecode = 6 };
 	n = build_msg(&m, NULL, stream, sizeof(stream));
 	run_one(&m, NULL, NULL, &w);
-	EXPECT_TERM(&tr, 0, 2, 1);
+	EXPECT_TERM(&tr, 0, 2, 6);
 	EXPECT_EQ(tr.consumed, (size_t)n);	/* whole FPDU consumed */
 	EXPECT_EQ(tr.w.nseg, 1);
 	EXPECT_EQ(tr.rx.msn[1], 1);		/* not advanced */
@@ -454,7 +454,7 @@ TEST(term_from_segment_done_read_req)
 	ASSERT_EQ(kw_term_encode(&tr.rx.term, tr.rx.bad, tr.rx.bad_len, out),
 		  4 + 2 + 18 + 28);
 	EXPECT_EQ(out[0], 0x02);
-	EXPECT_EQ(out[1], 0x01);
+	EXPECT_EQ(out[1], 0x06);
 	EXPECT_EQ(out[2], 0xe0);
 	EXPECT_MEMEQ(out + 4, stream, 48);
 }
@@ -611,7 +611,7 @@ TEST(term_terminate_too_short)
 		.qn = 2, .msn = 1, .inline_data = body, .inline_len = 2 };
 
 	run_one(&m, NULL, NULL, NULL);
-	EXPECT_TERM(&tr, 0, 2, 2);
+	EXPECT_TERM(&tr, 0, 2, 7);
 }
 
 TEST(error_state_is_sticky)
