@@ -238,12 +238,11 @@ enum kw_term_layer {
 #define KW_TERM_RDMAP_STAG_CANT_INV		0x09
 #define KW_TERM_RDMAP_UNSPECIFIED		0xff
 /* remote operation error codes */
-#define KW_TERM_RDMAP_INV_VERSION		0x00
-#define KW_TERM_RDMAP_UNEXP_OPCODE		0x01
-#define KW_TERM_RDMAP_CATASTROPHIC_STREAM	0x02
-#define KW_TERM_RDMAP_CATASTROPHIC_GLOBAL	0x03
-#define KW_TERM_RDMAP_CANT_INV			0x05
-/* (0xff unspecified) */
+#define KW_TERM_RDMAP_INV_VERSION		0x05
+#define KW_TERM_RDMAP_UNEXP_OPCODE		0x06
+#define KW_TERM_RDMAP_CATASTROPHIC_STREAM	0x07
+#define KW_TERM_RDMAP_CATASTROPHIC_GLOBAL	0x08
+/* (0x09 STag cannot be invalidated, 0xff unspecified: one code space) */
 
 /* DDP error types and codes, RFC 5041 section 7 */
 #define KW_TERM_DDP_ETYPE_CATASTROPHIC		0x0
