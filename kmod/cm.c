@@ -336,9 +336,9 @@ static void go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	lock_sock(sk);
 	sk->sk_rcvtimeo = MAX_SCHEDULE_TIMEOUT;
 	sk->sk_sndtimeo = MAX_SCHEDULE_TIMEOUT;
-	tcp_sock_set_nodelay(sk);
 	mss = tcp_sk(sk)->mss_cache;
 	release_sock(sk);
+	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 
 	spin_lock_bh(&qp->lock);
 	qp->mpa = *res;

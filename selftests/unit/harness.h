@@ -82,7 +82,18 @@ int main(int argc, char **argv)
 {
 	int i, passed = 0, failed = 0;
 
-	(void)argc;
+	/* Optional arguments: run only tests whose name contains one. */
+	if (argc > 1) {
+		int n = 0, j;
+
+		for (i = 0; i < kwt_ncases; i++)
+			for (j = 1; j < argc; j++)
+				if (strstr(kwt_cases[i].name, argv[j])) {
+					kwt_cases[n++] = kwt_cases[i];
+					break;
+				}
+		kwt_ncases = n;
+	}
 	printf("TAP version 13\n1..%d\n", kwt_ncases);
 	for (i = 0; i < kwt_ncases; i++) {
 		int status = 0, ok;

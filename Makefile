@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# kiwarp top-level build.
+#
+#   make            kiwarp.ko, libkiwarp, tools, test programs
+#   make run        set up everything, boot the VM, load kiwarp.ko and move
+#                   real data (Send/Recv, RDMA Write, RDMA Read; CRC on/off)
+#   make check      every test: unit tests, library tests, fuzz smoke, VM
+#                   tests; the last line is "N passed, N failed"
+#   make install    module (to /lib/modules/$(KVER)/extra) and libkiwarp
+#                   (DESTDIR/PREFIX honoured)
+#
+# KDIR selects the kernel build tree: the running kernel's if it has one
+# (a real machine), else Debian's 6.1 headers (the VM tests).
+
+KVER ?= $(shell uname -r)
+ifeq ($(KDIR),)
+  ifneq ($(wildcard /lib/modules/$(KVER)/build/Makefile),)
+    KDIR := /lib/modules/$(KVER)/build
+  else
+    KVER := $(shell dpkg-query -W -f='$${Depends}' linux-headers-amd64 2>/dev/null | \
+		sed -n 's/.*linux-headers-\([0-9][^ ,]*-amd64\).*/\1/p')
+    KDIR := /usr/src/linux-headers-$(KVER)
+  endif
+endif
+
+PREFIX ?= /usr/local
+VM_TIMEOUT ?= 3000
+
+all: module lib tools tests
+
+module:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) modules
+
+lib:
+	$(MAKE) -C lib
+
+tools: lib
+	$(MAKE) -C tools
+
+tests: lib
+	$(MAKE) -C selftests/unit
+	$(MAKE) -C selftests/vm
+
+deps:
+	scripts/deps
+
+# Fresh machine: install what is needed, then rebuild with KDIR re-derived.
+run: deps
+	$(MAKE) all
+	scripts/vm-run --timeout 900 -- tools/kiwarp-demo
+
+check: deps
+	$(MAKE) all
+	VM_TIMEOUT=$(VM_TIMEOUT) selftests/run_all.sh
+
+install: module lib
+	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra modules_install
+	$(MAKE) -C lib install PREFIX=$(PREFIX)
+
+clean:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) clean || true
+	$(MAKE) -C lib clean
+	$(MAKE) -C tools clean
+	$(MAKE) -C selftests/unit clean
+	$(MAKE) -C selftests/vm clean
+
+.PHONY: all module lib tools tests deps run check install clean

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# Run every test suite and print one closing line "N passed, N failed".
+# Each suite prints TAP and its own "N passed, N failed" line; a suite that
+# dies without one counts as one failure. Called by `make check`.
+set -u
+cd "$(dirname "$0")/.."
+
+VM_TIMEOUT=${VM_TIMEOUT:-3000}
+FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+passed=0
+failed=0
+
+suite() {
+	local name=$1; shift
+	local log=$out/$name.log rc line p f
+
+	echo "## suite $name: $*"
+	"$@" > "$log" 2>&1
+	rc=$?
+	cat "$log"
+	line=$(grep -E '^(# )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n1 | sed 's/^# //')
+	if [ -z "$line" ]; then
+		echo "not ok - suite $name ended (exit $rc) without a result line"
+		failed=$((failed + 1))
+		return
+	fi
+	p=$(echo "$line" | awk '{print $1}')
+	f=$(echo "$line" | awk '{print $3}')
+	passed=$((passed + p))
+	failed=$((failed + f))
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		# e.g. the kernel log scan (vm-run exit 90) or a leak check
+		echo "not ok - suite $name exited $rc"
+		failed=$((failed + 1))
+	fi
+}
+
+suite unit make -s -C selftests/unit check
+suite lib make -s -C lib check
+if [ -f selftests/fuzz/Makefile ]; then
+	suite fuzz make -s -C selftests/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"
+fi
+suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" -- selftests/vm/run.sh
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,944 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * kiwarp end-to-end tests: run inside the VM with kiwarp.ko loaded.
+ *
+ * Each test builds two endpoints in one process (two /dev/kiwarp contexts,
+ * i.e. two independent "hosts"), joins them with a TCP connection over
+ * loopback, converts both sockets into QPs (MPA initiator and responder) and
+ * moves data, comparing every byte and every completion's status. Error
+ * tests assert the exact CQE status and the Terminate (layer/type/code)
+ * that each side recorded.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiwarp.h"
+#include "../unit/harness.h"
+
+#define MIB (1024 * 1024)
+#define BUF_SIZE (16 * MIB + 4096)
+
+struct end {
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_cq *scq, *rcq;
+	struct kw_qp *qp;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	size_t len;
+	int sock;
+	struct kw_conn_result res;
+};
+
+struct pair {
+	struct end a;	/* MPA initiator */
+	struct end b;	/* MPA responder */
+	struct kw_conn_param pa, pb;
+	const void *pd_a, *pd_b;
+	size_t pd_a_len, pd_b_len;
+	int reject;		/* responder rejects */
+	int ret_a, ret_b;
+	struct kw_conn_request req;
+};
+
+/* Progress lines go out at once: a hang shows where it hangs. */
+static void note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	printf("# ");
+	vprintf(fmt, ap);
+	printf("\n");
+	fflush(stdout);
+	va_end(ap);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int tcp_pair(int *c, int *s)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int l, one = 1;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (void *)&sin, sizeof(sin)) ||
+	    listen(l, 1) || getsockname(l, (void *)&sin, &len))
+		return -errno;
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(*c, (void *)&sin, sizeof(sin)))
+		return -errno;
+	*s = accept(l, NULL, NULL);
+	close(l);
+	setsockopt(*c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return *s < 0 ? -errno : 0;
+}
+
+static int end_init(struct end *e, size_t len, uint32_t access)
+{
+	struct kw_qp_init_attr attr = { 0 };
+	int ret;
+
+	ret = kw_open(&e->dev);
+	if (ret)
+		return ret;
+	ret = kw_alloc_pd(e->dev, &e->pd);
+	if (ret)
+		return ret;
+	ret = kw_create_cq(e->dev, 1024, &e->scq);
+	if (!ret)
+		ret = kw_create_cq(e->dev, 1024, &e->rcq);
+	if (ret)
+		return ret;
+	attr.send_cq = e->scq;
+	attr.recv_cq = e->rcq;
+	attr.sq_entries = 512;
+	attr.rq_entries = 512;
+	attr.max_sge = KIWARP_MAX_SGE;
+	ret = kw_create_qp(e->pd, &attr, &e->qp);
+	if (ret)
+		return ret;
+	e->len = len;
+	e->buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (e->buf == MAP_FAILED)
+		return -errno;
+	memset(e->buf, 0, len);
+	return kw_reg_mr(e->pd, e->buf, len, access, &e->mr);
+}
+
+static void end_fini(struct end *e)
+{
+	if (e->qp)
+		kw_destroy_qp(e->qp);
+	if (e->mr)
+		kw_dereg_mr(e->mr);
+	if (e->scq)
+		kw_destroy_cq(e->scq);
+	if (e->rcq)
+		kw_destroy_cq(e->rcq);
+	if (e->pd)
+		kw_dealloc_pd(e->pd);
+	if (e->dev)
+		kw_close(e->dev);
+	if (e->buf && e->buf != MAP_FAILED)
+		munmap(e->buf, e->len);
+	if (e->sock >= 0)
+		close(e->sock);
+	memset(e, 0, sizeof(*e));
+}
+
+static void *responder(void *arg)
+{
+	struct pair *p = arg;
+
+	p->ret_b = kw_accept(p->b.qp, p->b.sock, NULL, 10000, &p->req);
+	if (p->ret_b)
+		return NULL;
+	p->ret_b = kw_accept_reply(p->b.qp, p->reject ? KIWARP_REPLY_REJECT :
+				   KIWARP_REPLY_ACCEPT, &p->pb, p->pd_b,
+				   p->pd_b_len, &p->b.res);
+	return NULL;
+}
+
+/* Build both ends and connect them. Returns 0 or -errno of the initiator. */
+static int pair_connect(struct pair *p, size_t len, uint32_t acc_a,
+			uint32_t acc_b)
+{
+	pthread_t t;
+	int ret;
+
+	p->a.sock = p->b.sock = -1;
+	ret = end_init(&p->a, len, acc_a);
+	if (ret)
+		return ret;
+	ret = end_init(&p->b, len, acc_b);
+	if (ret)
+		return ret;
+	ret = tcp_pair(&p->a.sock, &p->b.sock);
+	if (ret)
+		return ret;
+	if (!p->pa.mpa_rev)
+		p->pa.mpa_rev = 2;
+	if (!p->pb.mpa_rev)
+		p->pb.mpa_rev = 2;
+	pthread_create(&t, NULL, responder, p);
+	p->ret_a = kw_connect(p->a.qp, p->a.sock, &p->pa, p->pd_a,
+			      p->pd_a_len, &p->a.res);
+	pthread_join(t, NULL);
+	return p->ret_a;
+}
+
+static void pair_fini(struct pair *p)
+{
+	end_fini(&p->a);
+	end_fini(&p->b);
+}
+
+/* Wait for one CQE on cq (30 s budget). */
+static int wait_cqe(struct kw_cq *cq, struct kiwarp_cqe *cqe)
+{
+	double end = now() + 30;
+
+	while (now() < end) {
+		int n = kw_poll_cq(cq, 1, cqe);
+
+		if (n < 0)
+			return n;
+		if (n == 1)
+			return 0;
+		kw_wait_cq(cq, 100);
+	}
+	return -ETIMEDOUT;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		seed = seed * 1103515245 + 12345;
+		p[i] = seed >> 16;
+	}
+}
+
+static int qp_state(struct kw_qp *qp, struct kiwarp_query_qp *q)
+{
+	memset(q, 0, sizeof(*q));
+	return kw_query_qp(qp, q);
+}
+
+/* Wait until the QP reaches ERROR (the Terminate was processed). */
+static int wait_error(struct kw_qp *qp, struct kiwarp_query_qp *q)
+{
+	double end = now() + 20;
+
+	while (now() < end) {
+		if (qp_state(qp, q))
+			return -1;
+		if (q->state == KIWARP_QPS_ERROR)
+			return 0;
+		usleep(10000);
+	}
+	return -ETIMEDOUT;
+}
+
+static const size_t sizes[] = { 0, 1, 4095, 65536, MIB, 16 * MIB };
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+enum op { OP_SEND, OP_SEND_SE, OP_SEND_INV, OP_WRITE, OP_READ };
+
+/*
+ * One operation of each size from a to b (Read: b's data into a), bytes
+ * compared, CQE status/opcode/length checked on both sides.
+ */
+static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
+		   int rtr)
+{
+	struct pair p = { 0 };
+	struct kiwarp_cqe cqe;
+	size_t i;
+	int ret;
+
+	p.pa.flags = (crc ? KIWARP_CONN_CRC : 0) | (p2p ? KIWARP_CONN_P2P : 0);
+	p.pa.mpa_rev = rev;
+	p.pa.rtr = rtr;
+	p.pb.mpa_rev = rev;
+	p.pb.flags = p2p ? KIWARP_CONN_P2P : 0;
+	ret = pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL);
+	note("connected: %d/%d", ret, p.ret_b);
+	ASSERT_EQ(ret, 0);
+	ASSERT_EQ(p.ret_b, 0);
+	EXPECT_EQ(p.a.res.param.mpa_rev, rev);
+	EXPECT_EQ(!!(p.a.res.param.flags & KIWARP_CONN_CRC), crc);
+	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_CRC), crc);
+	EXPECT_EQ(p.req.param.mpa_rev, rev);
+
+	for (i = 0; i < NSIZES; i++) {
+		size_t n = sizes[i];
+		struct kiwarp_sge sge = {
+			.addr = (uintptr_t)p.a.buf, .length = n,
+			.lkey = p.a.mr->stag,
+		};
+		struct kiwarp_sge rsge = {
+			.addr = (uintptr_t)p.b.buf, .length = BUF_SIZE,
+			.lkey = p.b.mr->stag,
+		};
+		struct kw_send_wr wr = {
+			.wr_id = 100 + i, .flags = KW_SEND_SIGNALED,
+			.num_sge = 1, .sg_list = &sge,
+			.remote_addr = (uintptr_t)p.b.buf, .rkey = p.b.mr->stag,
+		};
+		struct kw_recv_wr rwr = {
+			.wr_id = 200 + i, .sg_list = &rsge, .num_sge = 1,
+		};
+		struct kw_mr *inv_mr = NULL;
+
+		fill(p.a.buf, n, 7 * i + op);
+		fill(p.b.buf, n, 13 * i + op + 1);
+		switch (op) {
+		case OP_SEND:
+			wr.opcode = KIWARP_WR_SEND;
+			break;
+		case OP_SEND_SE:
+			wr.opcode = KIWARP_WR_SEND_SE;
+			break;
+		case OP_SEND_INV:
+			/* b registers a second MR that a's Send invalidates */
+			ASSERT_EQ(kw_reg_mr(p.b.pd, p.b.buf, 4096,
+					    KIWARP_ACCESS_ALL, &inv_mr), 0);
+			wr.opcode = KIWARP_WR_SEND_INV;
+			wr.inv_stag = inv_mr->stag;
+			break;
+		case OP_WRITE:
+			wr.opcode = KIWARP_WR_RDMA_WRITE;
+			break;
+		case OP_READ:
+			wr.opcode = KIWARP_WR_RDMA_READ;
+			break;
+		}
+		if (op <= OP_SEND_INV)
+			ASSERT_EQ(kw_post_recv(p.b.qp, &rwr, 1), 1);
+		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(cqe.wr_id, 100 + i);
+		EXPECT_EQ(cqe.opcode, wr.opcode);
+		if (cqe.status)
+			printf("# size %zu: %s term %u/%u/0x%x\n", n,
+			       kw_wc_status_str(cqe.status), cqe.term.layer,
+			       cqe.term.etype, cqe.term.ecode);
+		ASSERT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		if (op == OP_READ)
+			EXPECT_EQ(cqe.byte_len, n);
+		if (op <= OP_SEND_INV) {
+			ASSERT_EQ(wait_cqe(p.b.rcq, &cqe), 0);
+			EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+			EXPECT_EQ(cqe.wr_id, 200 + i);
+			EXPECT_EQ(cqe.opcode, KIWARP_WR_RECV);
+			EXPECT_EQ(cqe.byte_len, n);
+			EXPECT_EQ(!!(cqe.flags & KIWARP_WC_SOLICITED),
+				  op == OP_SEND_SE);
+			EXPECT_EQ(!!(cqe.flags & KIWARP_WC_WITH_INV),
+				  op == OP_SEND_INV);
+			if (op == OP_SEND_INV)
+				EXPECT_EQ(cqe.inv_stag, inv_mr->stag);
+		}
+		if (op == OP_WRITE) {
+			/* The sink sees no completion: wait for the bytes by
+			 * issuing a Send behind the Write (ordered). */
+			struct kw_send_wr s = {
+				.wr_id = 1, .opcode = KIWARP_WR_SEND,
+				.flags = KW_SEND_SIGNALED,
+			};
+			struct kiwarp_sge z = {
+				.addr = (uintptr_t)p.b.buf + BUF_SIZE - 64,
+				.length = 64, .lkey = p.b.mr->stag,
+			};
+			struct kw_recv_wr r = { .wr_id = 2, .sg_list = &z,
+						.num_sge = 1 };
+
+			ASSERT_EQ(kw_post_recv(p.b.qp, &r, 1), 1);
+			ASSERT_EQ(kw_post_send(p.a.qp, &s, 1), 1);
+			ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+			ASSERT_EQ(wait_cqe(p.b.rcq, &cqe), 0);
+			EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+			EXPECT_EQ(cqe.byte_len, 0);
+		}
+		if (op == OP_READ)
+			ASSERT_MEMEQ(p.a.buf, p.b.buf, n);
+		else
+			ASSERT_MEMEQ(p.b.buf, p.a.buf, n);
+		note("size %zu ok", n);
+		if (inv_mr) {
+			/* Invalidated: a Write to it must now fail, but we
+			 * only check the local state: dereg still works. */
+			EXPECT_EQ(kw_dereg_mr(inv_mr), 0);
+		}
+	}
+	pair_fini(&p);
+}
+
+#define OP_TESTS(opname, op)						\
+	TEST(opname##_crc0_rev1) { run_op(kwt_fail, op, 0, 1, 0, 0); }	\
+	TEST(opname##_crc1_rev1) { run_op(kwt_fail, op, 1, 1, 0, 0); }	\
+	TEST(opname##_crc0_rev2) { run_op(kwt_fail, op, 0, 2, 0, 0); }	\
+	TEST(opname##_crc1_rev2) { run_op(kwt_fail, op, 1, 2, 0, 0); }
+
+OP_TESTS(send, OP_SEND)
+OP_TESTS(send_se, OP_SEND_SE)
+OP_TESTS(send_inv, OP_SEND_INV)
+OP_TESTS(write, OP_WRITE)
+OP_TESTS(read, OP_READ)
+
+/* Peer-to-peer with each RTR type, CRC on. */
+TEST(p2p_rtr_write) { run_op(kwt_fail, OP_SEND, 1, 2, 1, KIWARP_RTR_WRITE); }
+TEST(p2p_rtr_read) { run_op(kwt_fail, OP_READ, 1, 2, 1, KIWARP_RTR_READ); }
+TEST(p2p_rtr_send) { run_op(kwt_fail, OP_SEND, 0, 2, 1, KIWARP_RTR_SEND); }
+
+TEST(private_data_and_negotiation)
+{
+	struct pair p = { 0 };
+	uint8_t pa[512], pb[508];
+
+	fill(pa, sizeof(pa) - 4, 1);
+	fill(pb, sizeof(pb), 2);
+	p.pd_a = pa;
+	p.pd_a_len = 508;	/* rev 2: 4 bytes go to IRD/ORD */
+	p.pd_b = pb;
+	p.pd_b_len = 508;
+	p.pa.flags = KIWARP_CONN_CRC;
+	p.pa.ird = 3;
+	p.pa.ord = 5;
+	p.pb.ird = 7;
+	p.pb.ord = 2;
+	ASSERT_EQ(pair_connect(&p, 4096, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(p.ret_b, 0);
+	ASSERT_EQ(p.req.pdata_len, 508);
+	ASSERT_MEMEQ(p.req.pdata, pa, 508);
+	ASSERT_EQ(p.a.res.pdata_len, 508);
+	ASSERT_MEMEQ(p.a.res.pdata, pb, 508);
+	EXPECT_EQ(p.req.param.ird, 3);
+	EXPECT_EQ(p.req.param.ord, 5);
+	/* CRC requested by the initiator only: used by both. */
+	EXPECT_TRUE(p.b.res.param.flags & KIWARP_CONN_CRC);
+	EXPECT_TRUE(p.a.res.param.flags & KIWARP_CONN_CRC);
+	pair_fini(&p);
+
+	/* Too much private data for rev 2 is refused up front. */
+	memset(&p, 0, sizeof(p));
+	p.pd_a = pa;
+	p.pd_a_len = 512;
+	EXPECT_NE(pair_connect(&p, 4096, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	pair_fini(&p);
+}
+
+TEST(reject)
+{
+	struct pair p = { 0 };
+	const char why[] = "go away";
+	struct kiwarp_query_qp q;
+
+	p.reject = 1;
+	p.pd_b = why;
+	p.pd_b_len = sizeof(why);
+	ASSERT_EQ(pair_connect(&p, 4096, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL),
+		  -ECONNREFUSED);
+	EXPECT_EQ(p.ret_b, 0);
+	EXPECT_EQ(p.a.res.pdata_len, sizeof(why));
+	EXPECT_MEMEQ(p.a.res.pdata, why, sizeof(why));
+	ASSERT_EQ(qp_state(p.a.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	ASSERT_EQ(qp_state(p.b.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	pair_fini(&p);
+}
+
+/* Error case: a's operation violates b's MR; check both sides. */
+static void run_remote_error(int *kwt_fail, uint32_t acc_b, int op,
+			     uint32_t rkey_delta, uint64_t off, uint32_t len,
+			     int layer, int etype, int ecode, int a_status)
+{
+	struct pair p = { 0 };
+	struct kiwarp_query_qp qa, qb;
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 9, .flags = KW_SEND_SIGNALED,
+				 .num_sge = 1, .sg_list = &sge };
+
+	p.pa.flags = KIWARP_CONN_CRC;
+	ASSERT_EQ(pair_connect(&p, 65536, KIWARP_ACCESS_ALL, acc_b), 0);
+	sge = (struct kiwarp_sge){ .addr = (uintptr_t)p.a.buf, .length = len,
+				   .lkey = p.a.mr->stag };
+	wr.opcode = op;
+	wr.remote_addr = (uintptr_t)p.b.buf + off;
+	wr.rkey = p.b.mr->stag + rkey_delta;
+	ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+	ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+	if (a_status >= 0)
+		EXPECT_EQ(cqe.status, a_status);
+	ASSERT_EQ(wait_error(p.a.qp, &qa), 0);
+	ASSERT_EQ(wait_error(p.b.qp, &qb), 0);
+	/* b detected it and sent the Terminate; a received it. */
+	EXPECT_TRUE(qb.term_sent.valid);
+	EXPECT_EQ(qb.term_sent.layer, layer);
+	EXPECT_EQ(qb.term_sent.etype, etype);
+	EXPECT_EQ(qb.term_sent.ecode, ecode);
+	EXPECT_TRUE(qa.term_rcvd.valid);
+	EXPECT_EQ(qa.term_rcvd.layer, layer);
+	EXPECT_EQ(qa.term_rcvd.etype, etype);
+	EXPECT_EQ(qa.term_rcvd.ecode, ecode);
+	if (a_status == KIWARP_WC_REM_ACCESS_ERR) {
+		EXPECT_EQ(cqe.term.layer, layer);
+		EXPECT_EQ(cqe.term.ecode, ecode);
+	}
+	/* Anything posted now is flushed. */
+	ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+	ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+	EXPECT_EQ(cqe.status, KIWARP_WC_WR_FLUSH_ERR);
+	pair_fini(&p);
+}
+
+TEST(error_write_bad_stag)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_ALL, KIWARP_WR_RDMA_WRITE,
+			 0x5a5a, 0, 100, KIWARP_TERM_LAYER_DDP, 1, 0x00, -1);
+}
+
+TEST(error_write_out_of_bounds)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_ALL, KIWARP_WR_RDMA_WRITE,
+			 0, 65536 - 10, 100, KIWARP_TERM_LAYER_DDP, 1, 0x01, -1);
+}
+
+TEST(error_write_no_remote_write)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_LOCAL_WRITE |
+			 KIWARP_ACCESS_REMOTE_READ, KIWARP_WR_RDMA_WRITE,
+			 0, 0, 100, KIWARP_TERM_LAYER_RDMAP, 1, 0x02, -1);
+}
+
+TEST(error_read_bad_stag)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_ALL, KIWARP_WR_RDMA_READ,
+			 0x77, 0, 100, KIWARP_TERM_LAYER_RDMAP, 1, 0x00,
+			 KIWARP_WC_REM_ACCESS_ERR);
+}
+
+TEST(error_read_out_of_bounds)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_ALL, KIWARP_WR_RDMA_READ,
+			 0, 65000, 1000, KIWARP_TERM_LAYER_RDMAP, 1, 0x01,
+			 KIWARP_WC_REM_ACCESS_ERR);
+}
+
+TEST(error_read_no_remote_read)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_LOCAL_WRITE |
+			 KIWARP_ACCESS_REMOTE_WRITE, KIWARP_WR_RDMA_READ,
+			 0, 0, 100, KIWARP_TERM_LAYER_RDMAP, 1, 0x02,
+			 KIWARP_WC_REM_ACCESS_ERR);
+}
+
+TEST(error_send_no_recv_posted)
+{
+	run_remote_error(kwt_fail, KIWARP_ACCESS_ALL, KIWARP_WR_SEND,
+			 0, 0, 100, KIWARP_TERM_LAYER_DDP, 2, 0x02, -1);
+}
+
+/* More Reads than ORD: the requester queues them; all complete in order. */
+TEST(reads_beyond_ord_are_queued)
+{
+	struct pair p = { 0 };
+	struct kiwarp_cqe cqe;
+	int i;
+
+	p.pa.ord = 1;
+	p.pb.ird = 1;
+	ASSERT_EQ(pair_connect(&p, 65536, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(p.a.res.param.ord, 1);
+	fill(p.b.buf, 65536, 3);
+	for (i = 0; i < 16; i++) {
+		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf + i * 4096,
+					  .length = 4096, .lkey = p.a.mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = i, .opcode = KIWARP_WR_RDMA_READ,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+			.remote_addr = (uintptr_t)p.b.buf + i * 4096,
+			.rkey = p.b.mr->stag,
+		};
+		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+	}
+	for (i = 0; i < 16; i++) {
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(cqe.wr_id, (uint64_t)i);
+	}
+	ASSERT_MEMEQ(p.a.buf, p.b.buf, 65536);
+	pair_fini(&p);
+}
+
+/* Many outstanding WRs, multi-SGE sends, in-order completion. */
+TEST(many_outstanding_sg)
+{
+	struct pair p = { 0 };
+	struct kiwarp_cqe cqe;
+	const int n = 400;
+	int i;
+
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	fill(p.a.buf, 4 * MIB, 5);
+	for (i = 0; i < n; i++) {
+		struct kiwarp_sge r = { .addr = (uintptr_t)p.b.buf + i * 8192,
+					.length = 8192, .lkey = p.b.mr->stag };
+		struct kw_recv_wr rwr = { .wr_id = i, .sg_list = &r,
+					  .num_sge = 1 };
+
+		ASSERT_EQ(kw_post_recv(p.b.qp, &rwr, 1), 1);
+	}
+	for (i = 0; i < n; i++) {
+		/* three pieces: 1000 + 3000 + 4192 bytes = 8192 */
+		struct kiwarp_sge s[3] = {
+			{ (uintptr_t)p.a.buf + i * 8192, 1000, p.a.mr->stag },
+			{ (uintptr_t)p.a.buf + i * 8192 + 1000, 3000, p.a.mr->stag },
+			{ (uintptr_t)p.a.buf + i * 8192 + 4000, 4192, p.a.mr->stag },
+		};
+		struct kw_send_wr wr = { .wr_id = i, .opcode = KIWARP_WR_SEND,
+					 .flags = KW_SEND_SIGNALED,
+					 .num_sge = 3, .sg_list = s };
+
+		while (kw_post_send(p.a.qp, &wr, 1) == -EAGAIN) {
+			ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+			ASSERT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		}
+	}
+	for (i = 0; i < n; i++) {
+		ASSERT_EQ(wait_cqe(p.b.rcq, &cqe), 0);
+		ASSERT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		ASSERT_EQ(cqe.wr_id, (uint64_t)i);
+		ASSERT_EQ(cqe.byte_len, 8192);
+	}
+	ASSERT_MEMEQ(p.b.buf, p.a.buf, (size_t)n * 8192);
+	pair_fini(&p);
+}
+
+struct conc { struct pair p; int ok; };
+
+static void *conc_run(void *arg)
+{
+	struct conc *c = arg;
+	struct kiwarp_cqe cqe;
+	int i;
+
+	c->ok = 0;
+	fill(c->p.a.buf, MIB, (uintptr_t)arg);
+	for (i = 0; i < 8; i++) {
+		struct kiwarp_sge sge = { .addr = (uintptr_t)c->p.a.buf,
+					  .length = MIB, .lkey = c->p.a.mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = i, .opcode = KIWARP_WR_RDMA_WRITE,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+			.remote_addr = (uintptr_t)c->p.b.buf, .rkey = c->p.b.mr->stag,
+		};
+		if (kw_post_send(c->p.a.qp, &wr, 1) != 1 ||
+		    wait_cqe(c->p.a.scq, &cqe) || cqe.status)
+			return NULL;
+	}
+	/* read it back through the other direction */
+	{
+		struct kiwarp_sge sge = { .addr = (uintptr_t)c->p.a.buf + MIB,
+					  .length = MIB, .lkey = c->p.a.mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = 99, .opcode = KIWARP_WR_RDMA_READ,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+			.remote_addr = (uintptr_t)c->p.b.buf, .rkey = c->p.b.mr->stag,
+		};
+		if (kw_post_send(c->p.a.qp, &wr, 1) != 1 ||
+		    wait_cqe(c->p.a.scq, &cqe) || cqe.status)
+			return NULL;
+	}
+	c->ok = !memcmp(c->p.a.buf, c->p.a.buf + MIB, MIB) &&
+		!memcmp(c->p.a.buf, c->p.b.buf, MIB);
+	return NULL;
+}
+
+TEST(two_qps_concurrently)
+{
+	static struct conc c[2];
+	pthread_t t[2];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		memset(&c[i], 0, sizeof(c[i]));
+		c[i].p.pa.flags = i ? KIWARP_CONN_CRC : 0;
+		ASSERT_EQ(pair_connect(&c[i].p, 2 * MIB, KIWARP_ACCESS_ALL,
+				       KIWARP_ACCESS_ALL), 0);
+	}
+	for (i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, conc_run, &c[i]);
+	for (i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	EXPECT_TRUE(c[0].ok);
+	EXPECT_TRUE(c[1].ok);
+	for (i = 0; i < 2; i++)
+		pair_fini(&c[i].p);
+}
+
+static long pinned_pages(void)
+{
+	FILE *f = fopen("/proc/vmstat", "r");
+	char name[64];
+	long v, acq = -1, rel = -1;
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %ld", name, &v) == 2) {
+		if (!strcmp(name, "nr_foll_pin_acquired"))
+			acq = v;
+		else if (!strcmp(name, "nr_foll_pin_released"))
+			rel = v;
+	}
+	fclose(f);
+	return acq < 0 || rel < 0 ? -1 : acq - rel;
+}
+
+/* Destroy QPs with large transfers in flight: no hang, no leak. */
+TEST(teardown_in_flight)
+{
+	long base = pinned_pages();
+	struct pair p = { 0 };
+	int i;
+
+	ASSERT_GE(base, 0);
+	ASSERT_EQ(pair_connect(&p, 16 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_GT(pinned_pages(), base);
+	for (i = 0; i < 32; i++) {
+		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf,
+					  .length = 16 * MIB, .lkey = p.a.mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = i, .opcode = i & 1 ? KIWARP_WR_RDMA_READ :
+						      KIWARP_WR_RDMA_WRITE,
+			.num_sge = 1, .sg_list = &sge,
+			.remote_addr = (uintptr_t)p.b.buf, .rkey = p.b.mr->stag,
+		};
+		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+	}
+	pair_fini(&p);
+	/* The last page references may be dropped by a work item. */
+	for (i = 0; i < 100 && pinned_pages() != base; i++)
+		usleep(20000);
+	EXPECT_EQ(pinned_pages(), base);
+}
+
+/* A process killed mid-transfer leaves nothing pinned. */
+TEST(kill_mid_transfer)
+{
+	long base = pinned_pages();
+	pid_t pid;
+	int i, st;
+
+	ASSERT_GE(base, 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		struct pair p = { 0 };
+
+		if (pair_connect(&p, 16 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL))
+			_exit(3);
+		for (;;) {
+			struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf,
+						  .length = 16 * MIB,
+						  .lkey = p.a.mr->stag };
+			struct kw_send_wr wr = {
+				.opcode = KIWARP_WR_RDMA_WRITE, .num_sge = 1,
+				.sg_list = &sge, .remote_addr = (uintptr_t)p.b.buf,
+				.rkey = p.b.mr->stag,
+			};
+			struct kiwarp_cqe cqe;
+
+			while (kw_post_send(p.a.qp, &wr, 1) == 1)
+				;
+			kw_poll_cq(p.a.scq, 1, &cqe);
+			write(1, "", 0);
+		}
+	}
+	usleep(1500000);
+	ASSERT_GT(pinned_pages(), base);
+	kill(pid, SIGKILL);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFSIGNALED(st));
+	for (i = 0; i < 200 && pinned_pages() != base; i++)
+		usleep(20000);
+	EXPECT_EQ(pinned_pages(), base);
+}
+
+/* Bad ioctl arguments: -EINVAL / -EFAULT / -ENOTTY, never a crash. */
+TEST(bad_ioctls)
+{
+	struct kiwarp_handle h = { 0 };
+	struct kiwarp_reg_mr mr = { 0 };
+	struct kiwarp_create_cq cq = { 0 };
+	struct kiwarp_create_qp qp = { 0 };
+	struct kiwarp_connect c = { 0 };
+	static char buf[8192];
+	int fd = open("/dev/kiwarp", O_RDWR);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(ioctl(fd, KIWARP_IOC_ALLOC_PD, &h), 0);
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_ALLOC_PD, (void *)16), -1);
+	EXPECT_EQ(errno, EFAULT);
+	EXPECT_EQ(ioctl(fd, _IO(KIWARP_IOC_MAGIC, 0x7f), 0), -1);
+	EXPECT_EQ(errno, ENOTTY);
+
+	mr.pd = h.handle;
+	mr.addr = (uintptr_t)buf;
+	mr.length = sizeof(buf);
+	mr.access = KIWARP_ACCESS_ALL;
+	mr.reserved = 1;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EINVAL);
+	mr.reserved = 0;
+	mr.access = 1u << 7;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EINVAL);
+	mr.access = KIWARP_ACCESS_REMOTE_WRITE;	/* needs local write */
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EINVAL);
+	mr.access = KIWARP_ACCESS_ALL;
+	mr.length = 0;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EINVAL);
+	mr.length = sizeof(buf);
+	mr.pd = 999;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EINVAL);
+	mr.pd = h.handle;
+	mr.addr = 16;	/* unmapped */
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_REG_MR, &mr), -1);
+	EXPECT_EQ(errno, EFAULT);
+
+	cq.entries = 0;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_CQ, &cq), -1);
+	EXPECT_EQ(errno, EINVAL);
+	cq.entries = 16;
+	cq.reserved = 5;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_CQ, &cq), -1);
+	EXPECT_EQ(errno, EINVAL);
+	cq.reserved = 0;
+	ASSERT_EQ(ioctl(fd, KIWARP_IOC_CREATE_CQ, &cq), 0);
+
+	qp.pd = h.handle;
+	qp.send_cq = cq.handle;
+	qp.recv_cq = cq.handle;
+	qp.sq_entries = 8;
+	qp.rq_entries = 8;
+	qp.max_sge = KIWARP_MAX_SGE + 1;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_QP, &qp), -1);
+	EXPECT_EQ(errno, EINVAL);
+	qp.max_sge = 1;
+	qp.flags = 0x100;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_QP, &qp), -1);
+	EXPECT_EQ(errno, EINVAL);
+	qp.flags = 0;
+	ASSERT_EQ(ioctl(fd, KIWARP_IOC_CREATE_QP, &qp), 0);
+
+	/* CQ in use by the QP */
+	h.handle = cq.handle;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_DESTROY_CQ, &h), -1);
+	EXPECT_EQ(errno, EBUSY);
+
+	c.qp = qp.handle;
+	c.sockfd = 0;	/* stdin: not a socket */
+	c.param.mpa_rev = 2;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CONNECT, &c), -1);
+	EXPECT_EQ(errno, ENOTSOCK);
+	c.sockfd = -1;
+	c.param.mpa_rev = 3;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CONNECT, &c), -1);
+	EXPECT_EQ(errno, EINVAL);
+	c.param.mpa_rev = 1;
+	c.param.flags = KIWARP_CONN_P2P;	/* P2P needs rev 2 */
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CONNECT, &c), -1);
+	EXPECT_EQ(errno, EINVAL);
+	c.param.flags = 0;
+	c.private_data_len = 513;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CONNECT, &c), -1);
+	EXPECT_EQ(errno, EINVAL);
+	c.private_data_len = 10;
+	c.private_data = 16;
+	c.sockfd = -1;
+	c.addr.family = AF_INET;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CONNECT, &c), -1);
+	EXPECT_EQ(errno, EFAULT);
+
+	/* mmap with a bogus offset */
+	EXPECT_TRUE(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd,
+			 (off_t)0x7777 << 12) == MAP_FAILED);
+	close(fd);
+}
+
+/* Kernel-side listen/connect by address (no socket handed over). */
+TEST(kernel_cm_listen_connect)
+{
+	struct end a = { .sock = -1 }, b = { .sock = -1 };
+	struct kw_listener *l;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct kw_conn_param pa = { .mpa_rev = 2, .flags = KIWARP_CONN_CRC };
+	struct kw_conn_param pb = { .mpa_rev = 2 };
+	struct kw_conn_request req;
+	struct kiwarp_cqe cqe;
+	pid_t pid;
+	int st;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ASSERT_EQ(end_init(&b, 65536, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(kw_listen(b.dev, (void *)&sin, sizeof(sin), 4, &l), 0);
+	sin.sin_port = htons(kw_listener_port(l));
+	ASSERT_NE(sin.sin_port, 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		struct kiwarp_sge s;
+		struct kw_send_wr wr = { .opcode = KIWARP_WR_SEND,
+					 .flags = KW_SEND_SIGNALED,
+					 .num_sge = 1, .sg_list = &s };
+
+		if (end_init(&a, 65536, KIWARP_ACCESS_ALL))
+			_exit(2);
+		if (kw_connect_addr(a.qp, (void *)&sin, sizeof(sin), &pa,
+				    "hi", 2, &a.res))
+			_exit(3);
+		memset(a.buf, 0xab, 1000);
+		s = (struct kiwarp_sge){ (uintptr_t)a.buf, 1000, a.mr->stag };
+		if (kw_post_send(a.qp, &wr, 1) != 1 || wait_cqe(a.scq, &cqe) ||
+		    cqe.status)
+			_exit(4);
+		sleep(1);
+		_exit(0);
+	}
+	{
+		struct kiwarp_sge r = { (uintptr_t)b.buf, 65536, b.mr->stag };
+		struct kw_recv_wr rwr = { .wr_id = 5, .sg_list = &r,
+					  .num_sge = 1 };
+
+		ASSERT_EQ(kw_post_recv(b.qp, &rwr, 1), 1);
+	}
+	ASSERT_EQ(kw_accept(b.qp, -1, l, 20000, &req), 0);
+	EXPECT_EQ(req.pdata_len, 2);
+	EXPECT_MEMEQ(req.pdata, "hi", 2);
+	ASSERT_EQ(kw_accept_reply(b.qp, KIWARP_REPLY_ACCEPT, &pb, NULL, 0,
+				  &b.res), 0);
+	EXPECT_TRUE(b.res.param.flags & KIWARP_CONN_CRC);
+	ASSERT_EQ(wait_cqe(b.rcq, &cqe), 0);
+	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	EXPECT_EQ(cqe.byte_len, 1000);
+	EXPECT_EQ(b.buf[999], 0xab);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	kw_destroy_listener(l);
+	end_fini(&b);
+}

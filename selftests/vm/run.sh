@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs inside the VM (scripts/vm-run): load kiwarp.ko, run the in-VM test
+# programs, unload, check that nothing stayed pinned. Prints TAP and exits
+# non-zero on any failure. vm-run then scans the kernel log.
+set -u
+cd "$(dirname "$0")/../.."
+fail=0
+modprobe libcrc32c || { echo "not ok - modprobe libcrc32c"; exit 1; }
+pins() { awk '/^nr_foll_pin_acquired/{a=$2} /^nr_foll_pin_released/{r=$2} END{print a-r}' /proc/vmstat; }
+base=$(pins)
+insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
+[ -c /dev/kiwarp ] || { echo "not ok - /dev/kiwarp missing"; exit 1; }
+# non-root users may open the device
+[ "$(stat -c %a /dev/kiwarp)" = 666 ] || { echo "not ok - /dev/kiwarp mode $(stat -c %a /dev/kiwarp)"; fail=1; }
+for t in ${KIWARP_VM_TESTS:-selftests/vm/kw_rdma}; do
+	"$t" "$@" || fail=1
+done
+rmmod kiwarp || { echo "not ok - rmmod kiwarp"; fail=1; }
+after=$(pins)
+if [ "$after" != "$base" ]; then
+	echo "not ok - pinned pages after unload: $after (before: $base)"; fail=1
+fi
+exit $fail
