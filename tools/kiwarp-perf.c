@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -45,6 +46,9 @@
 #define PD_MAGIC	0x4b575046U	/* "KWPF" */
 #define PD_VERSION	1
 #define IDLE_TIMEOUT_MS	30000
+#define CLOSE_TIMEOUT_MS 3000
+/* Per-receive-WR buffers for --verify of Sends up to this total size. */
+#define RECV_SLOTS_MAX	(128u << 20)
 
 /* Control message types, encoded as the Send length. */
 #define CTRL_CREDIT	8	/* server -> client: CREDIT_BATCH more recvs */
@@ -94,6 +98,15 @@ struct ctx {
 	struct kw_cq *scq, *rcq;
 	struct kw_qp *qp;
 	uint8_t *sbuf, *rbuf, *recvbuf, *ctrl;
+	/*
+	 * Receive buffers: recv_slots buffers of recv_slot_len bytes. With
+	 * --verify of Sends on the server there is one per receive WR
+	 * (recv WR n uses slot n % RQ_DEPTH, so a message cannot be
+	 * overwritten by a later one - e.g. the DONE - while it is checked);
+	 * otherwise one shared buffer.
+	 */
+	uint32_t recv_slots, recv_slot_len, recv_next;
+	uint8_t *last_recv;	/* buffer of the last receive completion */
 	struct kw_mr *smr, *rmr, *recvmr, *ctrlmr;
 	uint64_t raddr;
 	uint32_t rkey;
@@ -200,6 +213,20 @@ static int check_pattern(const uint8_t *p, uint64_t len)
 	return 0;
 }
 
+/* check_pattern() of bytes [from, len) only. */
+static int check_pattern_from(const uint8_t *p, uint64_t from, uint64_t len)
+{
+	for (uint64_t i = from; i < len; i++) {
+		if (p[i] != pattern(i)) {
+			fprintf(stderr, "kiwarp-perf: verify: byte %llu is 0x%02x, "
+				"expected 0x%02x\n", (unsigned long long)i, p[i],
+				pattern(i));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static uint64_t htonll(uint64_t v)
 {
 	return ((uint64_t)htonl((uint32_t)v) << 32) | htonl((uint32_t)(v >> 32));
@@ -255,27 +282,45 @@ static void fail_errno(int err, const char *what)
 
 static void post_recvs(struct ctx *c, unsigned n)
 {
-	struct kiwarp_sge sge = {
-		.addr = (uintptr_t)c->recvbuf,
-		.length = (uint32_t)c->recvmr->length,
-		.lkey = c->recvmr->stag,
-	};
+	struct kiwarp_sge sge[16];
 	struct kw_recv_wr wr[16];
+	double t0 = 0;
 	int ret;
 
 	while (n) {
 		unsigned k = n > 16 ? 16 : n;
 
 		for (unsigned i = 0; i < k; i++) {
+			uint32_t slot = (c->recv_next + i) % c->recv_slots;
+
+			sge[i].addr = (uintptr_t)c->recvbuf +
+				      (uint64_t)slot * c->recv_slot_len;
+			sge[i].length = c->recv_slot_len;
+			sge[i].lkey = c->recvmr->stag;
 			memset(&wr[i], 0, sizeof(wr[i]));
-			wr[i].wr_id = 0x5245435600000000ULL;
-			wr[i].sg_list = &sge;
+			wr[i].wr_id = 0x5245435600000000ULL | slot;
+			wr[i].sg_list = &sge[i];
 			wr[i].num_sge = 1;
 		}
 		ret = kw_post_recv(c->qp, wr, k);
+		if (ret == -EAGAIN) {
+			/*
+			 * Only reposts after a receive completion get here,
+			 * so the ring has room: the kernel posts the RECV CQE
+			 * just before it advances RQ cons. Wait for cons.
+			 */
+			if (!t0)
+				t0 = now_us();
+			else if (now_us() - t0 > IDLE_TIMEOUT_MS * 1e3)
+				fail_errno(ret, "kw_post_recv");
+			sched_yield();
+			continue;
+		}
 		if (ret < 0)
 			fail_errno(ret, "kw_post_recv");
+		c->recv_next = (c->recv_next + k) % c->recv_slots;
 		n -= k;
+		t0 = 0;
 	}
 }
 
@@ -360,14 +405,27 @@ static void wait_cqe(struct ctx *c, struct kw_cq *cq, struct kiwarp_cqe *e)
 	}
 }
 
-/* Wait for one receive completion and repost its buffer. */
-static uint32_t wait_recv(struct ctx *c)
+/*
+ * Wait for one receive completion; its data is at c->last_recv until the
+ * caller reposts the receive with post_recvs(c, 1).
+ */
+static uint32_t wait_recv_hold(struct ctx *c)
 {
 	struct kiwarp_cqe e;
 
 	wait_cqe(c, c->rcq, &e);
-	post_recvs(c, 1);
+	c->last_recv = c->recvbuf + (uint64_t)(uint32_t)(e.wr_id & 0xffffffffu) %
+		       c->recv_slots * c->recv_slot_len;
 	return e.byte_len;
+}
+
+/* Wait for one receive completion and repost its buffer. */
+static uint32_t wait_recv(struct ctx *c)
+{
+	uint32_t len = wait_recv_hold(c);
+
+	post_recvs(c, 1);
+	return len;
 }
 
 static void expect_ctrl(struct ctx *c, uint32_t type)
@@ -708,12 +766,23 @@ static void server_size(struct ctx *c, uint32_t size)
 		struct kiwarp_sge sge;
 
 		for (uint32_t i = 0; i < c->o.iters; i++) {
-			uint32_t len = wait_recv(c);
+			uint32_t len = wait_recv_hold(c);
 
 			if (len != size)
 				die(1, "received %u bytes, expected %u", len, size);
-			if (c->o.verify && !bad && check_pattern(c->recvbuf, size))
+			/*
+			 * With one receive slot per RQ entry the buffer is not
+			 * reused before its WR is reposted RQ_DEPTH receives
+			 * later; with a shared buffer (huge sizes) a control
+			 * message may overwrite its first CTRL_BUF bytes.
+			 */
+			if (c->o.verify && !bad &&
+			    (c->recv_slots > 1 ?
+			     check_pattern(c->last_recv, size) :
+			     size > CTRL_BUF &&
+			     check_pattern_from(c->last_recv, CTRL_BUF, size)))
 				bad = 1;
+			post_recvs(c, 1);
 			if (c->o.mode == M_LAT) {
 				fill_wr(c, &wr, &sge, size, i);
 				post_one(c, &wr);
@@ -808,11 +877,17 @@ static void setup_buffers(struct ctx *c, uint32_t max_size)
 
 	c->sbuf = alloc_buf(len);
 	c->rbuf = alloc_buf(len);
-	c->recvbuf = alloc_buf(len);
+	c->recv_slot_len = (uint32_t)len;
+	c->recv_slots = 1;
+	if (c->o.server && c->o.verify && c->o.test == T_SEND &&
+	    (uint64_t)len * RQ_DEPTH <= RECV_SLOTS_MAX)
+		c->recv_slots = RQ_DEPTH;
+	c->recvbuf = alloc_buf((size_t)len * c->recv_slots);
 	c->ctrl = alloc_buf(CTRL_BUF);
 	reg(c, c->sbuf, len, KIWARP_ACCESS_LOCAL_WRITE, &c->smr);
 	reg(c, c->rbuf, len, KIWARP_ACCESS_ALL, &c->rmr);
-	reg(c, c->recvbuf, len, KIWARP_ACCESS_LOCAL_WRITE, &c->recvmr);
+	reg(c, c->recvbuf, (size_t)len * c->recv_slots,
+	    KIWARP_ACCESS_LOCAL_WRITE, &c->recvmr);
 	reg(c, c->ctrl, CTRL_BUF, KIWARP_ACCESS_LOCAL_WRITE, &c->ctrlmr);
 	if (c->o.verify) {
 		fill_pattern(c->sbuf, len);
@@ -1048,6 +1123,43 @@ static int run_client(struct ctx *c)
 	return 0;
 }
 
+/*
+ * Orderly end of a successful run: wait for our own Sends (the last
+ * control message) to complete, then close the QP and wait until the
+ * kernel has drained it. Exiting with the QP still in RTS/CLOSING and
+ * work queued makes the kernel reset the connection (abortive close),
+ * which can drop a message the peer is still waiting for.
+ */
+static void finish(struct ctx *c)
+{
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe e[32];
+	double t0 = now_us();
+	int n;
+
+	while (c->sends_out > 0 && now_us() - t0 < CLOSE_TIMEOUT_MS * 1e3) {
+		n = kw_poll_cq(c->scq, 32, e);
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; i++) {
+			/* The exchange is complete: a flush here (peer
+			 * already gone) is not a failure. */
+			if (e[i].status != KIWARP_WC_SUCCESS &&
+			    e[i].status != KIWARP_WC_WR_FLUSH_ERR)
+				fail_cqe(c, &e[i]);
+			c->sends_out--;
+		}
+		if (!n)
+			kw_wait_cq(c->scq, 10);
+	}
+	kw_modify_qp(c->qp, KIWARP_MODIFY_CLOSE);
+	t0 = now_us();
+	while (kw_query_qp(c->qp, &q) == 0 &&
+	       (q.state == KIWARP_QPS_RTS || q.state == KIWARP_QPS_CLOSING) &&
+	       now_us() - t0 < CLOSE_TIMEOUT_MS * 1e3)
+		usleep(1000);
+}
+
 static uint32_t parse_size(const char *s)
 {
 	char *end;
@@ -1145,6 +1257,6 @@ int main(int argc, char **argv)
 	quiet = c.o.quiet || c.o.json;
 	json_out = c.o.json;
 	ret = c.o.server ? run_server(&c) : run_client(&c);
-	kw_modify_qp(c.qp, KIWARP_MODIFY_CLOSE);
+	finish(&c);
 	return ret;
 }
