@@ -292,7 +292,8 @@ static void flush_locked(struct kw_qp *qp)
 	}
 	sq_complete_locked(qp);
 
-	/* RQ: the WR the receive path holds is completed by it or here. */
+	/* RQ: the WR the receive path holds is completed by it or here;
+	 * the receive path keeps its own MR references (rx.c). */
 	while (qp->rq_compl != qp->rq_pulled)
 		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
 				  0, 0, 0);
@@ -500,10 +501,7 @@ static void qp_teardown(struct kw_qp *qp)
 	flush_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	kw_rx_release(qp);
-	if (qp->tx_irq.src) {
-		kw_mr_put(qp->tx_irq.src);
-		qp->tx_irq.src = NULL;
-	}
+	kw_tx_release(qp);
 
 	mutex_lock(&ctx->lock);
 	qp->pd->users--;

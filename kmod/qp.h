@@ -183,6 +183,7 @@ void kw_rx_release(struct kw_qp *qp);
 
 /* tx.c */
 void kw_tx_work(struct work_struct *w);
+void kw_tx_release(struct kw_qp *qp);
 
 extern struct workqueue_struct *kw_wq;
 

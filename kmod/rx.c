@@ -83,6 +83,9 @@ static int rx_get_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
 		*bufp = &rtr_buf;
 		return 0;
 	}
+	/* A flush may have abandoned the previous buffer: its MR
+	 * references are ours to drop (only the receive path owns them). */
+	rx_buf_release(qp);
 
 	spin_lock_bh(&qp->lock);
 	if (qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING)

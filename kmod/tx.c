@@ -34,6 +34,13 @@ static void tx_drop_refs(struct kw_qp *qp)
 	qp->tx_nsge = 0;
 }
 
+/* Teardown: tx_work is cancelled; drop what its cursor still holds. */
+void kw_tx_release(struct kw_qp *qp)
+{
+	tx_drop_refs(qp);
+	qp->tx_active = false;
+}
+
 /*
  * Find the byte at payload offset off: which SGE, and the offset within
  * that SGE's MR.
