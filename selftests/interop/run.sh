@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# kiwarp <-> Linux siw (rdma-core verbs, rping) interoperability suite.
+#
+# On the host (KIWARP_VM unset): build the siw variants (scripts/build-siw)
+# and the test programs, then run this script again inside a TCG VM.
+# In the VM: load kiwarp.ko and, per cell, the siw variant; run ipeer-kw
+# against ipeer-verbs, the error/private-data/reject cases and rping against
+# kiwarp-rping. Prints TAP and "# N passed, N failed".
+#
+#   selftests/interop/run.sh [--quick] [--only REGEX]
+#
+# --quick: small sizes only (no 1 MiB / 16 MiB), for development.
+# --only REGEX: run only the groups whose name matches.
+# INTEROP_TIMEOUT (host): VM timeout in seconds (default 1500).
+set -u
+cd "$(dirname "$0")/../.."
+top=$PWD
+
+VARIANTS="rev2-crc0-p2p0 rev2-crc1-p2p0 rev2-crc0-p2p1 rev2-crc1-p2p1 rev1-crc0-p2p0 rev1-crc1-p2p0"
+
+if [ -z "${KIWARP_VM:-}" ]; then
+	for v in $VARIANTS; do
+		r=${v#rev}; r=${r%%-*}
+		c=${v#*-crc}; c=${c%%-*}
+		p=${v##*-p2p}
+		scripts/build-siw -q --mpa-rev "$r" --crc-required "$c" --p2p "$p" >/dev/null ||
+			{ echo "not ok - build-siw $v"; echo "# 0 passed, 1 failed"; exit 1; }
+	done
+	make -s -C selftests/interop >/dev/null && make -s -C tools >/dev/null ||
+		{ echo "not ok - build interop programs"; echo "# 0 passed, 1 failed"; exit 1; }
+	exec scripts/vm-run --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
+		--allow-log 'siw: got TERMINATE|siw: .*TERM|rx bogus TERM' \
+		-- selftests/interop/run.sh "$@"
+fi
+
+QUICK=0
+ONLY=.
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) QUICK=1; shift;;
+	--only) ONLY=$2; shift 2;;
+	*) shift;;
+	esac
+done
+
+ADDR=10.211.0.1
+KVER=$(uname -r)
+SIWDIR=$top/.cache/siw/$KVER
+IPK=$top/selftests/interop/ipeer-kw
+IPV=$top/selftests/interop/ipeer-verbs
+RES=${KIWARP_RESULTS:-/tmp}
+pass=0
+fail=0
+n=0
+port=7500
+t_start=$(date +%s)
+
+ok() { n=$((n + 1)); pass=$((pass + 1)); echo "ok $n - $*"; }
+nok() { n=$((n + 1)); fail=$((fail + 1)); echo "not ok $n - $*"; }
+note() { echo "# $*"; }
+
+setup() {
+	modprobe -a ib_core iw_cm rdma_cm rdma_ucm ib_uverbs libcrc32c dummy || return 1
+	ip link add dummy0 type dummy && ip addr add $ADDR/24 dev dummy0 &&
+		ip link set dummy0 up || return 1
+	insmod kmod/kiwarp.ko || return 1
+}
+
+cur_variant=
+load_siw() {
+	local v=$1 ko=$SIWDIR/${1/p2p/strict0-p2p}-gso0/siw.ko
+	[ "$cur_variant" = "$v" ] && return 0
+	if [ -n "$cur_variant" ]; then
+		rdma link delete siw0 2>/dev/null
+		rmmod siw || { echo "# rmmod siw failed"; return 1; }
+	fi
+	cur_variant=
+	[ -f "$ko" ] || { echo "# missing $ko (run on the host first)"; return 1; }
+	insmod "$ko" || return 1
+	rdma link add siw0 type siw netdev dummy0 || return 1
+	cur_variant=$v
+}
+
+# Run one ipeer pair. $1 = kw role (client|server), $2 = siw variant,
+# rest: common ipeer options. TAP lines of ipeer-kw are renumbered.
+pair() {
+	local role=$1 variant=$2; shift 2
+	local vrole klog vlog vpid rc vrc label
+	port=$((port + 1))
+	label=$(printf '%s' "$*" | sed -n 's/.*--label \([^ ]*\).*/\1/p')
+	if ! load_siw "$variant"; then
+		nok "$label: siw variant $variant not loaded"; return
+	fi
+	klog=$RES/kw-$port.log
+	vlog=$RES/verbs-$port.log
+	if [ "$role" = client ]; then vrole=--server; else vrole=--client; fi
+	if [ "$role" = client ]; then
+		"$IPV" $vrole --addr $ADDR --port $port "$@" > "$vlog" 2>&1 &
+		vpid=$!
+		# wait until rdma_cm listens
+		for _ in $(seq 1 100); do
+			grep -q listening "$vlog" 2>/dev/null && break
+			sleep 0.05
+		done
+		"$IPK" --client --addr $ADDR --port $port "$@" > "$klog" 2>&1
+		rc=$?
+	else
+		"$IPK" --server --addr $ADDR --port $port "$@" > "$klog" 2>&1 &
+		local kpid=$!
+		for _ in $(seq 1 100); do
+			grep -q listening "$klog" 2>/dev/null && break
+			sleep 0.05
+		done
+		"$IPV" $vrole --addr $ADDR --port $port "$@" > "$vlog" 2>&1 &
+		vpid=$!
+		wait $kpid
+		rc=$?
+	fi
+	wait $vpid
+	vrc=$?
+	collect "$klog"
+	if [ $vrc -ne 0 ]; then
+		nok "$label: verbs peer exit $vrc"
+		sed 's/^/#   verbs: /' "$vlog" | tail -n 20
+	fi
+	if [ $rc -ne 0 ]; then
+		grep -v '^ok\|^not ok\|^# [0-9]* passed' "$klog" | sed 's/^/#   kw: /' | tail -n 20
+	fi
+}
+
+# Renumber ipeer-kw's TAP into ours.
+collect() {
+	local line
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) ok "${line#ok [0-9]* - }";;
+		"not ok "*) nok "${line#not ok [0-9]* - }";;
+		"# "[0-9]*" passed, "*) ;;
+		"#"*) echo "$line";;
+		esac
+	done < "$1"
+}
+
+group() { printf '%s' "$1" | grep -Eq "$ONLY"; }
+
+# ------------------------------------------------------------------ main
+echo "TAP version 13"
+if ! setup; then
+	nok "setup (modules, dummy0, kiwarp.ko)"
+	echo "# $pass passed, $fail failed"; exit 1
+fi
+ok "setup: ib_core/iw_cm/rdma_cm, dummy0 $ADDR, kiwarp.ko"
+
+if [ $QUICK = 1 ]; then
+	SIZES=1,4095,65536
+	BIG=1,4095,65536
+else
+	SIZES=1,4095,64k,1m
+	BIG=1,4095,64k,1m,16m
+fi
+
+# 1. The matrix: role x rev x CRC x P2P x op x size x direction.
+if group matrix; then
+for role in client server; do
+	for rev in 2 1; do
+		for crc in off kw siw; do
+			for p2p in 0 1; do
+				[ $rev = 1 ] && [ $p2p = 1 ] && continue
+				kc=0; sc=0
+				[ $crc = kw ] && kc=1
+				[ $crc = siw ] && sc=1
+				# siw as responder follows the Request and does
+				# not add C on its own (see Documentation/interop.md)
+				ec=$((kc | sc))
+				[ $role = client ] && [ $crc = siw ] && ec=0
+				sizes=$SIZES
+				# 16 MiB where it matters: plain and CRC+P2P
+				if [ $rev = 2 ] && { [ "$crc$p2p" = off0 ] || [ "$crc$p2p" = kw1 ]; }; then
+					sizes=$BIG
+				fi
+				lbl="kw-$( [ $role = client ] && echo init || echo resp)/rev$rev/crc-$crc/p2p$p2p"
+				pair $role rev$rev-crc$sc-p2p$p2p --label "$lbl" \
+					--rev $rev --crc $kc --p2p $p2p --expect-crc $ec \
+					--expect-p2p $p2p --ops all --sizes $sizes
+			done
+		done
+	done
+done
+fi
+
+# 2. Error interop: out-of-bounds RDMA Write/Read in both directions.
+if group errors; then
+for op in write read; do
+	for dir in kw verbs; do
+		dmesg -C
+		pair client rev2-crc0-p2p0 --label "error/$op/by-$dir" --error $op --error-dir $dir
+		if [ $dir = verbs ]; then
+			line=$(dmesg | grep 'siw: got TERMINATE' | tail -n1)
+			note "siw log: ${line:-none}"
+			# siw decodes the Terminate control word as a
+			# little-endian bit-field: it prints our Layer as
+			# "type" and our EType as "layer" (interop.md).
+			if printf '%s' "$line" | grep -Eq 'layer [01], type [01], code 1$'; then
+				ok "error/$op/by-verbs: siw logged kiwarp's Terminate ($line)"
+			else
+				nok "error/$op/by-verbs: siw logged kiwarp's Terminate (${line:-nothing})"
+			fi
+		fi
+	done
+done
+fi
+
+# 3. Private data both ways (0, 1, maximum) and rejects both ways.
+if group pdata; then
+for role in client server; do
+	for len in 0 1 252 508; do
+		pair $role rev2-crc0-p2p0 --label "pdata/kw-$role/$len" \
+			--pdata $len --rpdata $len --ops send --sizes 1 --dirs kw
+	done
+	pair $role rev2-crc0-p2p0 --label "pdata/kw-$role/rev1-512" --rev 1 \
+		--pdata 512 --rpdata 512 --ops send --sizes 1 --dirs kw
+	pair $role rev2-crc0-p2p0 --label "reject/kw-$role" --reject \
+		--pdata 8 --rpdata 8
+done
+fi
+
+# 4. rping (rdma-core) <-> kiwarp-rping.
+if group rping; then
+	RPING=$top/tools/kiwarp-rping
+	load_siw rev2-crc0-p2p0
+	for size in 26 64 4096 65535; do
+		for mode in siw-server kw-server; do
+			port=$((port + 1))
+			log=$RES/rping-$port
+			if [ $mode = siw-server ]; then
+				rping -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
+				spid=$!
+				sleep 0.5
+				"$RPING" -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
+			else
+				"$RPING" -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
+				spid=$!
+				sleep 0.3
+				rping -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
+			fi
+			crc=$?
+			wait $spid
+			src=$?
+			pings=$(grep -c '^ping data: rdma-ping-' $log.c)
+			if [ $crc = 0 ] && [ $src = 0 ] && [ "$pings" = 4 ]; then
+				ok "rping/$mode/-S $size -C 4 -V: 4 pings"
+			else
+				nok "rping/$mode/-S $size -C 4 -V: client $crc server $src pings $pings"
+				sed 's/^/#   client: /' $log.c | tail -n 5
+				sed 's/^/#   server: /' $log.s | tail -n 5
+			fi
+		done
+	done
+fi
+
+if [ -n "$cur_variant" ]; then
+	rdma link delete siw0 2>/dev/null
+	rmmod siw || nok "rmmod siw"
+fi
+rmmod kiwarp || nok "rmmod kiwarp"
+echo "# interop: $(( $(date +%s) - t_start )) s"
+echo "# $pass passed, $fail failed"
+[ $fail -eq 0 ]
