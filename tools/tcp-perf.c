@@ -19,6 +19,7 @@
  * send and write are the same thing over TCP; both names exist so the
  * benchmark can pair every kiwarp run with a baseline.
  *
+ * Both sides busy-poll the socket (MSG_DONTWAIT) unless --block is given.
  * The server handles one connection and exits. Exit: 0 ok, 1 error, 2 usage.
  */
 #define _GNU_SOURCE
@@ -47,6 +48,12 @@ struct hdr {
 } __attribute__((packed));
 
 static int json;
+/*
+ * Busy-poll (MSG_DONTWAIT + spin) by default, as kiwarp-perf and perftest
+ * poll their CQs: otherwise every message costs a sleep/wakeup, which
+ * under TCG is dominated by vCPU halt/IPI emulation. --block: blocking I/O.
+ */
+static int dflags = MSG_DONTWAIT;
 
 static void die(const char *what)
 {
@@ -61,7 +68,8 @@ static void usage(void)
 	fprintf(stderr,
 "usage: tcp-perf -s [-p PORT]\n"
 "       tcp-perf -c HOST [-p PORT] [-t send|write|read] [-m lat|bw] [-S SIZE]\n"
-"                [-n ITERS] [--json] [-q]\n");
+"                [-n ITERS] [--json] [--block] [-q]\n"
+"  --block  blocking socket I/O (default: busy-poll with MSG_DONTWAIT)\n");
 	exit(2);
 }
 
@@ -78,9 +86,9 @@ static void xwrite(int fd, const void *buf, size_t len)
 	const char *p = buf;
 
 	while (len) {
-		ssize_t n = write(fd, p, len);
+		ssize_t n = send(fd, p, len, dflags | MSG_NOSIGNAL);
 
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
 			die("write");
@@ -94,9 +102,9 @@ static void xread(int fd, void *buf, size_t len)
 	char *p = buf;
 
 	while (len) {
-		ssize_t n = read(fd, p, len);
+		ssize_t n = recv(fd, p, len, dflags);
 
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n == 0) {
 			errno = 0;
@@ -114,9 +122,9 @@ static void sink(int fd, char *buf, size_t buflen, uint64_t total)
 {
 	while (total) {
 		size_t want = total < buflen ? (size_t)total : buflen;
-		ssize_t n = read(fd, buf, want);
+		ssize_t n = recv(fd, buf, want, dflags);
 
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n == 0) {
 			errno = 0;
@@ -200,7 +208,7 @@ static int server(int port)
 		}
 	}
 	/* wait for the client to close first (no RST on unread data) */
-	(void)!read(fd, &c, 1);
+	(void)!recv(fd, &c, 1, 0);
 	close(fd);
 	return 0;
 }
@@ -321,6 +329,7 @@ int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
 		{ "json", no_argument, NULL, 'J' },
+		{ "block", no_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -358,6 +367,7 @@ int main(int argc, char **argv)
 			iters = (uint32_t)v;
 			break;
 		case 'J': json = 1; break;
+		case 'B': dflags = 0; break;
 		case 'q': quiet = 1; break;
 		default: usage();
 		}
