@@ -410,6 +410,9 @@ void kw_tx_work(struct work_struct *w)
 		tx_finish(qp);
 	}
 
+	/* WRs finished without transmitting (Local Invalidate) complete. */
+	kw_qp_sq_complete(qp);
+
 	/* An orderly close waits until everything posted went out. */
 	spin_lock_bh(&qp->lock);
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled &&

@@ -6,7 +6,8 @@ set -u
 cd "$(dirname "$0")/../.."
 fail=0
 modprobe libcrc32c || { echo "not ok - modprobe libcrc32c"; exit 1; }
-pins() { awk '/^nr_foll_pin_acquired/{a=$2} /^nr_foll_pin_released/{r=$2} END{print a-r}' /proc/vmstat; }
+# exact count: fold the per-CPU vmstat deltas first
+pins() { echo 1 > /proc/sys/vm/stat_refresh; awk '/^nr_foll_pin_acquired/{a=$2} /^nr_foll_pin_released/{r=$2} END{print a-r}' /proc/vmstat; }
 base=$(pins)
 insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
 [ -c /dev/kiwarp ] || { echo "not ok - /dev/kiwarp missing"; exit 1; }
@@ -15,6 +16,10 @@ insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
 for t in ${KIWARP_VM_TESTS:-selftests/vm/kw_rdma}; do
 	"$t" "$@" || fail=1
 done
+# unload is refused while a file is open
+exec 3</dev/kiwarp
+if rmmod kiwarp 2>/dev/null; then echo "not ok - rmmod succeeded with /dev/kiwarp open"; fail=1; fi
+exec 3<&-
 rmmod kiwarp || { echo "not ok - rmmod kiwarp"; fail=1; }
 after=$(pins)
 if [ "$after" != "$base" ]; then
