@@ -210,15 +210,38 @@ static void result_to_param(const struct kw_mpa_result *r,
 
 /* ----------------------------------------------------------- callbacks */
 
+/*
+ * Completion on acknowledgement, on a stock kernel: TCP calls
+ * sk_write_space from tcp_check_space() after processing an ACK whenever
+ * SOCK_NOSPACE is set. While a WR waits for its data to be acked we keep
+ * the bit set, so every ACK lets us complete what it covered.
+ */
+void kw_qp_wait_acks(struct kw_qp *qp)
+{
+	struct socket *sock = qp->sock;
+
+	if (!kw_qp_sq_complete(qp) || !sock)
+		return;
+	set_bit(SOCK_NOSPACE, &sock->flags);
+	/* Pairs with the smp_mb() in tcp_check_space(): an ACK that raced
+	 * with the set_bit either sees the bit or is seen by this check. */
+	smp_mb__after_atomic();
+	kw_qp_sq_complete(qp);
+}
+
 static void kw_write_space(struct sock *sk)
 {
 	struct kw_qp *qp;
 
 	read_lock_bh(&sk->sk_callback_lock);
 	qp = sk->sk_user_data;
-	if (qp && sk_stream_is_writeable(sk)) {
-		clear_bit(SOCK_NOSPACE, &sk->sk_socket->flags);
-		kw_qp_kick_tx(qp);
+	if (qp) {
+		/* the bit stays set while tx_work waits for send space */
+		if (sk_stream_is_writeable(sk)) {
+			clear_bit(SOCK_NOSPACE, &sk->sk_socket->flags);
+			kw_qp_kick_tx(qp);
+		}
+		kw_qp_wait_acks(qp);
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 }
@@ -340,7 +363,9 @@ static void go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 
+	sock_hold(sk);		/* for snd_una reads until the QP is freed */
 	spin_lock_bh(&qp->lock);
+	qp->ack_sk = sk;
 	qp->mpa = *res;
 	qp->mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
 	qp->orq_size = clamp_t(u32, res->ord, 1, KW_MAX_ORD);

@@ -8,6 +8,7 @@
 #include <linux/mm.h>
 #include <linux/log2.h>
 #include <linux/uaccess.h>
+#include <net/tcp.h>
 
 #include "qp.h"
 
@@ -47,6 +48,8 @@ static void qp_free(struct kref *ref)
 {
 	struct kw_qp *qp = container_of(ref, struct kw_qp, ref);
 
+	if (qp->ack_sk)
+		sock_put(qp->ack_sk);
 	vfree(qp->sq.mem);
 	vfree(qp->rq.mem);
 	kvfree(qp->sq_wr);
@@ -186,6 +189,18 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq, struct kw_wr *wr,
 	}
 }
 
+/*
+ * Is a transmitted WR's data acknowledged? Its pages were handed to TCP by
+ * reference (zero copy), so its buffer may be reused only when TCP no
+ * longer needs it for retransmission: then the WR completes, as on an RNIC.
+ */
+static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
+{
+	struct sock *sk = qp->ack_sk;
+
+	return !sk || !before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq);
+}
+
 /* Complete SQ WRs in order. Caller holds qp->lock. */
 static void sq_complete_locked(struct kw_qp *qp)
 {
@@ -194,6 +209,10 @@ static void sq_complete_locked(struct kw_qp *qp)
 	while (qp->sq_compl != qp->sq_pulled) {
 		struct kw_wr *wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
 
+		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
+			wr->done = true;
+			wr->await_ack = false;
+		}
 		if (!wr->done)
 			break;
 		if (wr->signaled || wr->status != KIWARP_WC_SUCCESS)
@@ -213,11 +232,17 @@ static void sq_complete_locked(struct kw_qp *qp)
 	}
 }
 
-void kw_qp_sq_complete(struct kw_qp *qp)
+/* Returns true if the oldest WR still waits for its data to be acked. */
+bool kw_qp_sq_complete(struct kw_qp *qp)
 {
+	bool waiting;
+
 	spin_lock_bh(&qp->lock);
 	sq_complete_locked(qp);
+	waiting = qp->sq_compl != qp->sq_pulled &&
+		  qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)].await_ack;
 	spin_unlock_bh(&qp->lock);
+	return waiting;
 }
 
 /*

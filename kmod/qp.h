@@ -47,6 +47,8 @@ struct kw_wr {
 	u32 len;			/* total SGE bytes */
 	u8 status;			/* KIWARP_WC_* */
 	bool done;			/* ready to complete (in order) */
+	bool await_ack;			/* sent; done once TCP acked end_seq */
+	u32 end_seq;			/* TCP sequence after its last byte */
 	bool signaled;
 	struct kiwarp_term_info term;	/* with an error status */
 	u32 byte_len;
@@ -90,6 +92,7 @@ struct kw_qp {
 	void (*saved_write_space)(struct sock *sk);
 	void (*saved_state_change)(struct sock *sk);
 	bool cb_installed;
+	struct sock *ack_sk;	/* held (sock_hold) from RTS until freed */
 	struct kw_mpa_cfg mpa_cfg;	/* responder: kept between ACCEPT and REPLY */
 	struct kw_mpa_frame mpa_req;	/* responder: the Request */
 	u8 mpa_req_pd[KW_MPA_MAX_PD];	/* its private data */
@@ -165,7 +168,8 @@ void kw_qp_put(struct kw_qp *qp);
 void kw_qp_set_error(struct kw_qp *qp);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
-void kw_qp_sq_complete(struct kw_qp *qp);
+bool kw_qp_sq_complete(struct kw_qp *qp);
+void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
 bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);
 void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,

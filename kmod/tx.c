@@ -17,6 +17,7 @@
 #include <linux/highmem.h>
 #include <linux/net.h>
 #include <net/sock.h>
+#include <net/tcp.h>
 
 #include "qp.h"
 
@@ -354,7 +355,10 @@ static void tx_finish(struct kw_qp *qp)
 						      (qp->sq.entries - 1)];
 
 			if (!wr->done) {
-				wr->done = true;
+				/* only this work item writes to the socket,
+				 * so write_seq now ends this WR's data */
+				wr->await_ack = true;
+				wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq);
 				wr->byte_len = wr->len;
 			}
 		}
@@ -369,7 +373,7 @@ static void tx_finish(struct kw_qp *qp)
 	qp->tx_kind = KW_TXK_NONE;
 	spin_unlock_bh(&qp->lock);
 	tx_drop_refs(qp);
-	kw_qp_sq_complete(qp);
+	kw_qp_wait_acks(qp);
 	if (term)
 		kw_qp_set_error(qp);	/* Terminate is out: now flush */
 }
@@ -411,7 +415,7 @@ void kw_tx_work(struct work_struct *w)
 	}
 
 	/* WRs finished without transmitting (Local Invalidate) complete. */
-	kw_qp_sq_complete(qp);
+	kw_qp_wait_acks(qp);
 
 	/* An orderly close waits until everything posted went out. */
 	spin_lock_bh(&qp->lock);
