@@ -6,6 +6,7 @@
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/log2.h>
 #include <linux/uaccess.h>
 #include <net/tcp.h>
@@ -50,6 +51,10 @@ static void qp_free(struct kref *ref)
 
 	if (qp->ack_sk)
 		sock_put(qp->ack_sk);
+	if (qp->mm) {
+		kw_unaccount_pinned(qp->mm, qp->ring_pages);
+		mmdrop(qp->mm);
+	}
 	vfree(qp->sq.mem);
 	vfree(qp->rq.mem);
 	kvfree(qp->sq_wr);
@@ -465,6 +470,14 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	ret = ring_alloc(&qp->rq, arg->rq_entries);
 	if (ret)
 		goto err_free;
+	/* Ring memory is locked into the kernel: charge it like an MR. */
+	ret = kw_account_pinned(ctx->mm, (qp->sq.mem_size + qp->rq.mem_size) >>
+					 PAGE_SHIFT);
+	if (ret)
+		goto err_free;
+	qp->ring_pages = (qp->sq.mem_size + qp->rq.mem_size) >> PAGE_SHIFT;
+	qp->mm = ctx->mm;
+	mmgrab(qp->mm);
 	ret = -ENOMEM;
 	qp->sq_wr = kvcalloc(qp->sq.entries, sizeof(*qp->sq_wr), GFP_KERNEL);
 	qp->rq_wr = kvcalloc(qp->rq.entries, sizeof(*qp->rq_wr), GFP_KERNEL);

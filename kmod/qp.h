@@ -77,6 +77,8 @@ struct kw_qp {
 	struct kw_pd *pd;
 	struct kw_cq *scq, *rcq;
 	u32 pd_id;
+	struct mm_struct *mm;	/* mmgrab'ed: ring memory is charged to it */
+	unsigned long ring_pages;	/* charged to RLIMIT_MEMLOCK */
 	bool sig_all;
 	u32 max_sge;
 
