@@ -190,7 +190,7 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq, struct kw_wr *wr,
 	    qp->state != KIWARP_QPS_ERROR) {
 		/* CQ overrun: the QP cannot report further completions */
 		qp->state = KIWARP_QPS_TERMINATE;
-		queue_work(kw_wq, &qp->err_work);
+		kw_qp_queue(qp, &qp->err_work);
 	}
 }
 
@@ -233,7 +233,7 @@ static void sq_complete_locked(struct kw_qp *qp)
 	smp_store_release(qp->sq.cons, qp->sq_compl);
 	if (failed && qp->state < KIWARP_QPS_TERMINATE) {
 		qp->state = KIWARP_QPS_TERMINATE;
-		queue_work(kw_wq, &qp->err_work);
+		kw_qp_queue(qp, &qp->err_work);
 	}
 }
 
@@ -369,7 +369,7 @@ void kw_qp_set_error(struct kw_qp *qp)
 		flush_locked(qp);
 	}
 	spin_unlock_bh(&qp->lock);
-	queue_work(kw_wq, &qp->err_work);
+	kw_qp_queue(qp, &qp->err_work);
 }
 
 /*
@@ -401,9 +401,8 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 	kw_qp_kick_tx(qp);
 }
 
-static void err_work(struct work_struct *w)
+static void qp_error_now(struct kw_qp *qp)
 {
-	struct kw_qp *qp = container_of(w, struct kw_qp, err_work);
 	bool term;
 
 	spin_lock_bh(&qp->lock);
@@ -425,10 +424,31 @@ static void err_work(struct work_struct *w)
 		kernel_sock_shutdown(qp->sock, SHUT_RDWR);
 }
 
+static void err_work(struct work_struct *w)
+{
+	struct kw_qp *qp = container_of(w, struct kw_qp, err_work);
+
+	qp_error_now(qp);
+	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
+}
+
+/*
+ * Queue one of the QP's work items. A queued item holds a QP reference,
+ * dropped by the item when it has run (or by teardown if it cancels it), so
+ * a work item never outlives the QP even when queued by a racing ioctl.
+ */
+void kw_qp_queue(struct kw_qp *qp, struct work_struct *w)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_work(kw_wq, w))
+		kw_qp_put(qp);
+}
+
 void kw_qp_kick_tx(struct kw_qp *qp)
 {
-	if (!READ_ONCE(qp->dying))
-		queue_work(kw_wq, &qp->tx_work);
+	kw_qp_queue(qp, &qp->tx_work);
 }
 
 /* --------------------------------------------------------------- ioctls */
@@ -528,8 +548,10 @@ static void qp_teardown(struct kw_qp *qp)
 	WRITE_ONCE(qp->dying, true);
 	/* No receive callback runs after this returns. */
 	kw_cm_uninstall(qp);
-	cancel_work_sync(&qp->tx_work);
-	cancel_work_sync(&qp->err_work);
+	if (cancel_work_sync(&qp->tx_work))
+		kw_qp_put(qp);	/* it was queued, holding a reference */
+	if (cancel_work_sync(&qp->err_work))
+		kw_qp_put(qp);
 	kw_cm_release_sock(qp);
 	mutex_unlock(&qp->cm_lock);
 

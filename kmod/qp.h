@@ -173,6 +173,7 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 bool kw_qp_sq_complete(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
+void kw_qp_queue(struct kw_qp *qp, struct work_struct *w);
 bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);
 void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 		       u8 flags, u32 inv_stag);

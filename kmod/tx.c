@@ -378,9 +378,8 @@ static void tx_finish(struct kw_qp *qp)
 		kw_qp_set_error(qp);	/* Terminate is out: now flush */
 }
 
-void kw_tx_work(struct work_struct *w)
+static void tx_run(struct kw_qp *qp)
 {
-	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
 	int ret;
 
 	while (!READ_ONCE(qp->dying) && qp->sock) {
@@ -435,4 +434,12 @@ fail:
 	spin_unlock_bh(&qp->lock);
 	tx_drop_refs(qp);
 	kw_qp_set_error(qp);
+}
+
+void kw_tx_work(struct work_struct *w)
+{
+	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
+
+	tx_run(qp);
+	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
 }
