@@ -294,8 +294,15 @@ struct kw_term {
  */
 int kw_term_encode(const struct kw_term *t, const u8 *bad_fpdu,
 		   u32 bad_fpdu_len, u8 out[KW_TERM_MAX_LEN]);
-/* Decode a received Terminate payload (-EPROTO if malformed). */
+/*
+ * Decode a received Terminate payload (-EPROTO if malformed). Also accepts
+ * the control word layout Linux siw sends when it sets M/D/R (see
+ * kw_term_siw_layout()).
+ */
 int kw_term_decode(const u8 *payload, u32 len, struct kw_term *t);
+/* True if a Terminate control word is in siw's little-endian bit-field
+ * layout (Layer/EType nibbles swapped, M/D/R in byte 2 bits 0..2). */
+bool kw_term_siw_layout(const u8 ctrl[4]);
 
 /* --------------------------------------------------------------- transmit */
 

@@ -129,6 +129,12 @@ int kw_term_encode(const struct kw_term *t, const u8 *bad_fpdu,
 	return len;
 }
 
+bool kw_term_siw_layout(const u8 ctrl[4])
+{
+	return !(ctrl[2] & (TERM_M | TERM_D | TERM_R)) && (ctrl[2] & 0x07) &&
+	       !(ctrl[2] & 0x18) && !ctrl[3];
+}
+
 int kw_term_decode(const u8 *payload, u32 len, struct kw_term *t)
 {
 	u32 need = 4;
@@ -143,6 +149,23 @@ int kw_term_decode(const u8 *payload, u32 len, struct kw_term *t)
 	t->has_len = payload[2] & TERM_M;
 	t->has_ddp_hdr = payload[2] & TERM_D;
 	t->has_rdmap_hdr = payload[2] & TERM_R;
+	/*
+	 * Interop: Linux siw (drivers/infiniband/sw/siw/iwarp.h) declares the
+	 * control word as a __be32 bit-field, which on little-endian hosts
+	 * puts Layer in the low nibble of byte 0, EType in the high nibble
+	 * and M/D/R in bits 0..2 of byte 2 (reserved in RFC 5040 4.8). When
+	 * byte 2 holds only those bits and byte 3 is zero, take siw's layout.
+	 * siw sets M for every error that carries headers; without any flag
+	 * (catastrophic, version/opcode and LLP errors) the two readings
+	 * cannot be told apart and the RFC one is used.
+	 */
+	if (kw_term_siw_layout(payload)) {
+		t->layer = payload[0] & 0xf;
+		t->etype = payload[0] >> 4;
+		t->has_len = payload[2] & 0x01;
+		t->has_ddp_hdr = payload[2] & 0x02;
+		t->has_rdmap_hdr = payload[2] & 0x04;
+	}
 	/* RFC 5040 section 4.8: layers 0 (RDMAP), 1 (DDP), 2 (LLP) */
 	if (t->layer > KW_TERM_LAYER_LLP)
 		return -EPROTO;
