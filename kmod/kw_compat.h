@@ -29,15 +29,13 @@ static inline u32 kw_crc32c(u32 crc, const void *p, size_t len)
 #include <errno.h>
 #include <endian.h>
 
+#include <linux/types.h>	/* __be16 etc., as the uapi header uses them */
+
 typedef uint8_t u8;
 typedef uint16_t u16;
 typedef uint32_t u32;
 typedef uint64_t u64;
 typedef int32_t s32;
-typedef uint16_t __be16;
-typedef uint32_t __be32;
-typedef uint64_t __be64;
-typedef uint32_t __le32;
 
 #define cpu_to_be16(x) htobe16(x)
 #define cpu_to_be32(x) htobe32(x)

@@ -125,6 +125,7 @@ struct kw_qp {
 	/* receive path */
 	struct kw_rx rx;
 	struct kw_mr *rx_mr;		/* tagged sink of the current segment */
+	u64 rx_delta;			/* view base - rx_mr->addr */
 	struct kw_rx_buf rx_buf;	/* view of rq_wr[rx_rq_idx] */
 	struct kw_mr *rx_buf_mr[KIWARP_MAX_SGE];	/* our refs on its MRs */
 	bool rx_buf_valid;

@@ -40,15 +40,18 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 	struct kw_qp *qp = ctx;
 	struct kw_mr *mr;
 
+	struct kw_orq o = { 0 };
+
 	if (opcode == KW_OP_READ_RESP) {
 		bool match;
 
 		/* Only the sink of the oldest outstanding Read may be hit. */
 		spin_lock_bh(&qp->lock);
-		match = qp->orq_head != qp->orq_tail &&
-			qp->orq[qp->orq_head % qp->orq_size].sink_stag == stag;
+		match = qp->orq_head != qp->orq_tail;
+		if (match)
+			o = qp->orq[qp->orq_head % qp->orq_size];
 		spin_unlock_bh(&qp->lock);
-		if (!match)
+		if (!match || o.sink_stag != stag)
 			return -ENOENT;
 	}
 	rx_mr_release(qp);
@@ -56,11 +59,22 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 	if (!mr)
 		return -ENOENT;
 	qp->rx_mr = mr;
+	qp->rx_delta = 0;
 	kw_mr_view(mr, v);
+	v->cookie = &qp->rx_mr;	/* rx_place: tagged, offset + rx_delta */
 	if (opcode == KW_OP_READ_RESP) {
-		/* The Read Response writes our local sink: local write right
-		 * was checked at post time; the parser checks remote write. */
+		/*
+		 * The Read Response writes our local sink (local write right
+		 * checked at post time) and may only fill the range the Read
+		 * asked for: narrow the view the parser checks bounds against.
+		 */
 		v->access |= KW_ACC_REMOTE_WRITE;
+		if (o.sink_to < mr->addr || o.len > mr->len ||
+		    o.sink_to - mr->addr > mr->len - o.len)
+			return -ENOENT;
+		v->base = o.sink_to;
+		v->len = o.len;
+		qp->rx_delta = o.sink_to - mr->addr;
 	}
 	return 0;
 }
@@ -130,7 +144,12 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 {
 	struct kw_qp *qp = ctx;
 
-	kw_mr_copy_to(cookie, off, src, len);
+	/* Tagged placement goes through the narrowed view (see
+	 * rx_lookup_stag); untagged SGE views carry the MR itself. */
+	if (cookie == &qp->rx_mr)
+		kw_mr_copy_to(qp->rx_mr, off + qp->rx_delta, src, len);
+	else
+		kw_mr_copy_to(cookie, off, src, len);
 	qp->rx_bytes += len;
 }
 

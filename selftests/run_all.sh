@@ -22,7 +22,13 @@ suite() {
 	"$@" > "$log" 2>&1
 	rc=$?
 	cat "$log"
-	line=$(grep -E '^(# )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n1 | sed 's/^# //')
+	# A suite's own total line ("N passed, N failed") wins; otherwise
+	# add up the per-program TAP summaries ("# N passed, N failed").
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
+	if [ -z "$line" ]; then
+		line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" |
+		       awk '{p += $2; f += $4; n++} END {if (n) print p " passed, " f " failed"}')
+	fi
 	if [ -z "$line" ]; then
 		echo "not ok - suite $name ended (exit $rc) without a result line"
 		failed=$((failed + 1))

@@ -13,7 +13,7 @@ insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
 [ -c /dev/kiwarp ] || { echo "not ok - /dev/kiwarp missing"; exit 1; }
 # non-root users may open the device
 [ "$(stat -c %a /dev/kiwarp)" = 666 ] || { echo "not ok - /dev/kiwarp mode $(stat -c %a /dev/kiwarp)"; fail=1; }
-for t in ${KIWARP_VM_TESTS:-selftests/vm/kw_rdma}; do
+for t in ${KIWARP_VM_TESTS:-selftests/vm/kw_rdma selftests/vm/kw_hostile}; do
 	"$t" "$@" || fail=1
 done
 # unload is refused while a file is open

@@ -1,0 +1,568 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Hostile-peer tests: run inside the VM with kiwarp.ko loaded.
+ *
+ * One side is a kiwarp QP (through libkiwarp). The other is a raw TCP
+ * endpoint that speaks MPA/DDP/RDMAP with the sans-I/O protocol core built
+ * in user space, so it can send exactly the malformed frame each test
+ * wants. Each test asserts the Terminate (layer/type/code) that kiwarp puts
+ * on the wire, parsed by the same core, the Terminate kiwarp records, and
+ * the QP state; the kernel log is scanned by vm-run afterwards.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiwarp.h"
+#include "iwarp.h"
+#include "../unit/harness.h"
+
+struct kend {
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_cq *cq;
+	struct kw_qp *qp;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	int sock;		/* kiwarp's socket */
+	int raw;		/* the hostile peer's socket */
+	struct kw_conn_request req;
+	struct kw_conn_result res;
+	bool crc;
+	uint32_t ird;
+	int ret;
+};
+
+#define KBUF 65536
+
+static int tcp_pair(int *c, int *s)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int l;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (void *)&sin, sizeof(sin)) || listen(l, 1) ||
+	    getsockname(l, (void *)&sin, &len))
+		return -errno;
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(*c, (void *)&sin, sizeof(sin)))
+		return -errno;
+	*s = accept(l, NULL, NULL);
+	close(l);
+	return *s < 0 ? -errno : 0;
+}
+
+static int writen(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t w = write(fd, b, n);
+
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= w;
+	}
+	return 0;
+}
+
+static int readn(int fd, void *p, size_t n, int ms)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pfd, 1, ms) != 1)
+			return -ETIMEDOUT;
+		r = read(fd, b, n);
+		if (r <= 0)
+			return r ? -errno : -ECONNRESET;
+		b += r;
+		n -= r;
+	}
+	return 0;
+}
+
+static int kend_init(struct kend *k)
+{
+	struct kw_qp_init_attr a = { 0 };
+	int ret;
+
+	if ((ret = kw_open(&k->dev)) || (ret = kw_alloc_pd(k->dev, &k->pd)) ||
+	    (ret = kw_create_cq(k->dev, 64, &k->cq)))
+		return ret;
+	a.send_cq = a.recv_cq = k->cq;
+	a.sq_entries = a.rq_entries = 16;
+	a.max_sge = 1;
+	if ((ret = kw_create_qp(k->pd, &a, &k->qp)))
+		return ret;
+	k->buf = mmap(NULL, KBUF, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (k->buf == MAP_FAILED)
+		return -errno;
+	return kw_reg_mr(k->pd, k->buf, KBUF, KIWARP_ACCESS_ALL, &k->mr);
+}
+
+static void kend_fini(struct kend *k)
+{
+	kw_destroy_qp(k->qp);
+	kw_dereg_mr(k->mr);
+	kw_destroy_cq(k->cq);
+	kw_dealloc_pd(k->pd);
+	kw_close(k->dev);
+	close(k->sock);
+	close(k->raw);
+}
+
+static void *kaccept(void *arg)
+{
+	struct kend *k = arg;
+	struct kw_conn_param p = { .mpa_rev = 2, .ird = k->ird, .ord = 4 };
+
+	k->ret = kw_accept(k->qp, k->sock, NULL, 5000, &k->req);
+	if (!k->ret)
+		k->ret = kw_accept_reply(k->qp, KIWARP_REPLY_ACCEPT, &p, NULL,
+					 0, &k->res);
+	return NULL;
+}
+
+/* Raw initiator: MPA rev 2 Request, then read and check the Reply. */
+static int raw_connect(struct kend *k)
+{
+	struct kw_mpa_cfg cfg = { .rev = 2, .crc = k->crc, .ird = 4,
+				  .ord = 4 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	uint8_t buf[600], hdr[KW_MPA_HDR_LEN];
+	pthread_t t;
+	int len;
+
+	if (tcp_pair(&k->raw, &k->sock))
+		return -1;
+	pthread_create(&t, NULL, kaccept, k);
+	kw_mpa_make_request(&cfg, &req);
+	len = kw_mpa_encode(&req, NULL, 0, buf, sizeof(buf));
+	if (len < 0 || writen(k->raw, buf, len))
+		return -2;
+	if (readn(k->raw, hdr, sizeof(hdr), 5000) ||
+	    kw_mpa_decode_hdr(hdr, true, &rep) ||
+	    readn(k->raw, buf, rep.pd_len, 5000) || kw_mpa_decode_pd(&rep, buf) ||
+	    kw_mpa_negotiate_initiator(&cfg, &rep, &res))
+		return -3;
+	pthread_join(t, NULL);
+	return k->ret;
+}
+
+/* Send one message as FPDUs; corrupt: 0 none, 1 flip a CRC bit. */
+static int raw_send(struct kend *k, struct kw_tx_msg *m, const uint8_t *payload,
+		    int corrupt)
+{
+	struct kw_tx_fpdu f;
+	uint32_t off = 0;
+
+	m->crc = k->crc;
+	if (!m->mulpdu)
+		m->mulpdu = 1448;
+	do {
+		uint32_t crc;
+
+		if (kw_tx_fpdu_next(m, &off, &f))
+			return -1;
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+		crc = kw_mpa_crc_update(crc, payload + f.payload_off,
+					f.payload_len);
+		kw_tx_fpdu_seal(m, &f, crc);
+		if (corrupt && f.trailer_len)
+			f.trailer[f.trailer_len - 1] ^= 0x01;
+		if (writen(k->raw, f.hdr, f.hdr_len) ||
+		    writen(k->raw, payload + f.payload_off, f.payload_len) ||
+		    writen(k->raw, f.trailer, f.trailer_len))
+			return -1;
+	} while (!f.last);
+	return 0;
+}
+
+/* ---- parse what kiwarp sends back: we only want its Terminate */
+
+struct sink {
+	bool got_term;
+	struct kw_term term;
+	uint8_t scratch[KBUF];
+	struct kw_rx_buf buf;
+};
+
+static int s_lookup(void *ctx, u32 stag, u8 op, struct kw_mr_view *v)
+{
+	struct sink *s = ctx;
+
+	(void)stag; (void)op;
+	*v = (struct kw_mr_view){ .cookie = s, .stag = stag, .access = 7,
+				  .valid = true, .base = 0, .len = ~0ULL >> 1 };
+	return 0;
+}
+
+static int s_getbuf(void *ctx, u32 msn, const struct kw_rx_buf **b)
+{
+	struct sink *s = ctx;
+
+	(void)msn;
+	s->buf = (struct kw_rx_buf){ .num_sge = 1, .total = KBUF };
+	s->buf.sge[0].mr = (struct kw_mr_view){ .cookie = s, .access = 7,
+						 .valid = true, .len = KBUF };
+	s->buf.sge[0].len = KBUF;
+	*b = &s->buf;
+	return 0;
+}
+
+static void s_place(void *ctx, void *cookie, u64 off, const void *src, u32 len)
+{
+	(void)ctx; (void)cookie; (void)off; (void)src; (void)len;
+}
+
+static int s_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
+		  u32 placed, struct kw_term *t)
+{
+	struct sink *s = ctx;
+
+	(void)t;
+	if (h->opcode == KW_OP_TERMINATE && !kw_term_decode(payload, placed,
+							     &s->term))
+		s->got_term = true;
+	return 0;
+}
+
+static const struct kw_rx_ops sink_ops = {
+	.lookup_stag = s_lookup, .get_rx_buf = s_getbuf, .place = s_place,
+	.segment_done = s_done,
+};
+
+/* Read kiwarp's bytes until its Terminate (or 10 s, or EOF). */
+static void raw_expect_term(struct kend *k, int layer, int etype, int ecode,
+			    int *kwt_fail)
+{
+	static struct sink s;
+	struct kw_rx rx;
+	uint8_t b[4096];
+	time_t end = time(NULL) + 10;
+
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &sink_ops, &s, k->crc, 0);
+	while (!s.got_term && time(NULL) < end) {
+		struct pollfd pfd = { .fd = k->raw, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pfd, 1, 500) != 1)
+			continue;
+		n = read(k->raw, b, sizeof(b));
+		if (n <= 0)
+			break;
+		kw_rx_input(&rx, b, n);
+	}
+	EXPECT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, layer);
+	EXPECT_EQ(s.term.etype, etype);
+	EXPECT_EQ(s.term.ecode, ecode);
+}
+
+static void expect_qp_term(struct kend *k, int layer, int etype, int ecode,
+			   int *kwt_fail)
+{
+	struct kiwarp_query_qp q;
+	int i;
+
+	for (i = 0; i < 200; i++) {
+		memset(&q, 0, sizeof(q));
+		ASSERT_EQ(kw_query_qp(k->qp, &q), 0);
+		if (q.state == KIWARP_QPS_ERROR)
+			break;
+		usleep(10000);
+	}
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	EXPECT_TRUE(q.term_sent.valid);
+	EXPECT_EQ(q.term_sent.layer, layer);
+	EXPECT_EQ(q.term_sent.etype, etype);
+	EXPECT_EQ(q.term_sent.ecode, ecode);
+}
+
+static void setup(struct kend *k, bool crc, int *kwt_fail)
+{
+	memset(k, 0, sizeof(*k));
+	k->crc = crc;
+	k->ird = 1;
+	ASSERT_EQ(kend_init(k), 0);
+	ASSERT_EQ(raw_connect(k), 0);
+}
+
+/* Send msg (hdr fields set by caller) and check the Terminate both ways. */
+static void case_term(int *kwt_fail, bool crc, struct kw_tx_msg *m,
+		      const uint8_t *payload, int corrupt, int patch_off,
+		      uint8_t patch_xor, int layer, int etype, int ecode)
+{
+	static struct kend k;
+	static uint8_t pl[KBUF];
+
+	setup(&k, crc, kwt_fail);
+	if (patch_off < 0) {
+		ASSERT_EQ(raw_send(&k, m, payload ? payload : pl, corrupt), 0);
+	} else {
+		/* hand-corrupt one header byte (offset from the FPDU start) */
+		struct kw_tx_fpdu f;
+		uint32_t off = 0, crcv;
+
+		m->crc = crc;
+		m->mulpdu = 1448;
+		ASSERT_EQ(kw_tx_fpdu_next(m, &off, &f), 0);
+		f.hdr[patch_off] ^= patch_xor;
+		crcv = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+		crcv = kw_mpa_crc_update(crcv, pl + f.payload_off, f.payload_len);
+		kw_tx_fpdu_seal(m, &f, crcv);
+		ASSERT_EQ(writen(k.raw, f.hdr, f.hdr_len), 0);
+		ASSERT_EQ(writen(k.raw, pl + f.payload_off, f.payload_len), 0);
+		ASSERT_EQ(writen(k.raw, f.trailer, f.trailer_len), 0);
+	}
+	raw_expect_term(&k, layer, etype, ecode, kwt_fail);
+	expect_qp_term(&k, layer, etype, ecode, kwt_fail);
+	kend_fini(&k);
+}
+
+TEST(bad_crc)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 100, .stag = 1 };
+
+	case_term(kwt_fail, true, &m, NULL, 1, -1, 0,
+		  KW_TERM_LAYER_LLP, 0, KW_TERM_LLP_CRC);
+}
+
+TEST(write_unknown_stag)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 100,
+			       .stag = 0x12345678 };
+
+	case_term(kwt_fail, false, &m, NULL, 0, -1, 0, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_TAGGED, KW_TERM_DDP_T_INV_STAG);
+}
+
+TEST(send_without_receive)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = 10, .qn = 0,
+			       .msn = 1 };
+
+	case_term(kwt_fail, true, &m, NULL, 0, -1, 0, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_UNTAGGED, KW_TERM_DDP_U_INV_MSN_NOBUF);
+}
+
+TEST(unsolicited_read_response)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_READ_RESP, .len = 64,
+			       .stag = 0x1000 };
+
+	case_term(kwt_fail, false, &m, NULL, 0, -1, 0, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_TAGGED, KW_TERM_DDP_T_INV_STAG);
+}
+
+TEST(invalid_queue_number)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = 10, .qn = 5,
+			       .msn = 1 };
+
+	case_term(kwt_fail, false, &m, NULL, 0, -1, 0, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_UNTAGGED, KW_TERM_DDP_U_INV_QN);
+}
+
+TEST(msn_out_of_range)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = 10, .qn = 0,
+			       .msn = 7 };
+
+	case_term(kwt_fail, false, &m, NULL, 0, -1, 0, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_UNTAGGED, KW_TERM_DDP_U_INV_MSN_RANGE);
+}
+
+TEST(bad_ddp_version)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 8, .stag = 1 };
+
+	/* byte 2 = DDP control: version 1 -> 2 */
+	case_term(kwt_fail, true, &m, NULL, 0, 2, 0x03, KW_TERM_LAYER_DDP,
+		  KW_TERM_DDP_ETYPE_TAGGED, KW_TERM_DDP_T_INV_VERSION);
+}
+
+TEST(bad_rdmap_version)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = 8, .msn = 1 };
+
+	/* byte 3 = RDMAP control: version 1 -> 2 */
+	case_term(kwt_fail, true, &m, NULL, 0, 3, 0xc0, KW_TERM_LAYER_RDMAP,
+		  KW_TERM_RDMAP_ETYPE_REMOTE_OP, KW_TERM_RDMAP_INV_VERSION);
+}
+
+TEST(bad_opcode)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = 8, .msn = 1 };
+
+	/* Send (3) -> opcode 0xb, which RDMAP does not define */
+	case_term(kwt_fail, false, &m, NULL, 0, 3, 0x08, KW_TERM_LAYER_RDMAP,
+		  KW_TERM_RDMAP_ETYPE_REMOTE_OP, KW_TERM_RDMAP_UNEXP_OPCODE);
+}
+
+/* A Read Request for the responder's own MR, beyond its bounds. */
+TEST(read_request_out_of_bounds)
+{
+	static struct kend k;
+	uint8_t rr[KW_READ_REQ_LEN];
+	struct kw_read_req r;
+	struct kw_tx_msg m = { .opcode = KW_OP_READ_REQ, .qn = 1, .msn = 1,
+			       .inline_len = KW_READ_REQ_LEN };
+
+	setup(&k, true, kwt_fail);
+	r = (struct kw_read_req){ .sink_stag = 9, .sink_to = 0, .size = 4096,
+				  .src_stag = k.mr->stag,
+				  .src_to = (uintptr_t)k.buf + KBUF - 100 };
+	kw_read_req_encode(&r, rr);
+	m.inline_data = rr;
+	ASSERT_EQ(raw_send(&k, &m, rr, 0), 0);
+	raw_expect_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			KW_TERM_RDMAP_BASE_BOUNDS, kwt_fail);
+	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+		       KW_TERM_RDMAP_BASE_BOUNDS, kwt_fail);
+	kend_fini(&k);
+}
+
+/* More Read Requests at once than the IRD we granted (1). */
+TEST(read_requests_beyond_ird)
+{
+	static struct kend k;
+	uint8_t rr[KW_READ_REQ_LEN];
+	struct kw_read_req r;
+	int i;
+
+	setup(&k, false, kwt_fail);
+	EXPECT_EQ(k.res.param.ird, 1);
+	r = (struct kw_read_req){ .sink_stag = 9, .size = 1024 * 60,
+				  .src_stag = k.mr->stag,
+				  .src_to = (uintptr_t)k.buf };
+	kw_read_req_encode(&r, rr);
+	for (i = 0; i < 8; i++) {
+		struct kw_tx_msg m = { .opcode = KW_OP_READ_REQ, .qn = 1,
+				       .msn = i + 1, .inline_data = rr,
+				       .inline_len = KW_READ_REQ_LEN };
+
+		ASSERT_EQ(raw_send(&k, &m, rr, 0), 0);
+	}
+	raw_expect_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+			KW_TERM_RDMAP_CATASTROPHIC_STREAM, kwt_fail);
+	kend_fini(&k);
+}
+
+/* The peer dies mid-message: the posted receive is flushed. */
+TEST(peer_closes_mid_message)
+{
+	static struct kend k;
+	static uint8_t pl[20000];
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 42, .sg_list = &sge, .num_sge = 1 };
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = sizeof(pl),
+			       .msn = 1, .crc = false, .mulpdu = 1448 };
+	struct kw_tx_fpdu f;
+	struct kiwarp_cqe cqe;
+	uint32_t off = 0;
+	int i, n = 0;
+
+	setup(&k, false, kwt_fail);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, KBUF, k.mr->stag };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	/* two of the message's FPDUs, then a reset */
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(kw_tx_fpdu_next(&m, &off, &f), 0);
+		kw_tx_fpdu_seal(&m, &f, 0);
+		ASSERT_EQ(writen(k.raw, f.hdr, f.hdr_len), 0);
+		ASSERT_EQ(writen(k.raw, pl + f.payload_off, f.payload_len), 0);
+		ASSERT_EQ(writen(k.raw, f.trailer, f.trailer_len), 0);
+	}
+	{
+		struct linger lg = { 1, 0 };
+
+		setsockopt(k.raw, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(k.raw);
+		k.raw = -1;
+	}
+	for (i = 0; i < 500 && n == 0; i++) {
+		n = kw_poll_cq(k.cq, 1, &cqe);
+		if (!n)
+			usleep(10000);
+	}
+	ASSERT_EQ(n, 1);
+	EXPECT_EQ(cqe.wr_id, 42);
+	EXPECT_EQ(cqe.status, KIWARP_WC_WR_FLUSH_ERR);
+	kend_fini(&k);
+}
+
+/* Garbage instead of an MPA Request: the responder fails cleanly. */
+TEST(mpa_garbage_request)
+{
+	static struct kend k;
+	static const char junk[] = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	ASSERT_EQ(tcp_pair(&k.raw, &k.sock), 0);
+	pthread_create(&t, NULL, kaccept, &k);
+	ASSERT_EQ(writen(k.raw, junk, sizeof(junk)), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(k.ret, -EPROTO);
+	kend_fini(&k);
+}
+
+/* An MPA Request announcing more private data than RFC 5044 allows. */
+TEST(mpa_oversized_private_data)
+{
+	static struct kend k;
+	uint8_t hdr[KW_MPA_HDR_LEN];
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	ASSERT_EQ(tcp_pair(&k.raw, &k.sock), 0);
+	pthread_create(&t, NULL, kaccept, &k);
+	memcpy(hdr, KW_MPA_KEY_REQ, 16);
+	hdr[16] = 0;
+	hdr[17] = 1;
+	hdr[18] = 0x10;	/* 4096 bytes */
+	hdr[19] = 0x00;
+	ASSERT_EQ(writen(k.raw, hdr, sizeof(hdr)), 0);
+	pthread_join(t, NULL);
+	EXPECT_TRUE(k.ret == -EMSGSIZE || k.ret == -EPROTO);
+	kend_fini(&k);
+}
+
+/* Silence after TCP connect: ACCEPT times out instead of hanging. */
+TEST(mpa_request_timeout)
+{
+	static struct kend k;
+	struct timespec a, b;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	ASSERT_EQ(tcp_pair(&k.raw, &k.sock), 0);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	k.ret = kw_accept(k.qp, k.sock, NULL, 1000, &k.req);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	EXPECT_EQ(k.ret, -ETIMEDOUT);
+	EXPECT_LE(b.tv_sec - a.tv_sec, 5);
+	kend_fini(&k);
+}
