@@ -172,10 +172,10 @@ static u8 sq_validate(struct kw_qp *qp, struct kw_wr *wr)
 
 /* ------------------------------------------------------------ completion */
 
-static void post_cqe(struct kw_qp *qp, struct kw_cq *cq, struct kw_wr *wr,
-		     u8 opcode, u8 flags, u32 inv_stag, bool solicited)
+static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
+				u8 opcode, u8 flags, u32 inv_stag)
 {
-	struct kiwarp_cqe cqe = {
+	return (struct kiwarp_cqe){
 		.wr_id = wr->wqe.wr_id,
 		.opcode = opcode,
 		.status = wr->status,
@@ -185,8 +185,17 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq, struct kw_wr *wr,
 		.inv_stag = inv_stag,
 		.term = wr->term,
 	};
+}
 
-	if (kw_cq_post(cq, &cqe, solicited || wr->status) &&
+/*
+ * Publish a CQE. Callers first release the WR's ring slot (store the
+ * consumer index), so that a completion seen by user space always means
+ * its slot can be reposted.
+ */
+static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
+		     const struct kiwarp_cqe *cqe, bool solicited)
+{
+	if (kw_cq_post(cq, cqe, solicited || cqe->status) &&
 	    qp->state != KIWARP_QPS_ERROR) {
 		/* CQ overrun: the QP cannot report further completions */
 		qp->state = KIWARP_QPS_TERMINATE;
@@ -209,7 +218,8 @@ static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 /* Complete SQ WRs in order. Caller holds qp->lock. */
 static void sq_complete_locked(struct kw_qp *qp)
 {
-	bool failed = false;
+	struct kiwarp_cqe cqe;
+	bool failed = false, signal;
 
 	while (qp->sq_compl != qp->sq_pulled) {
 		struct kw_wr *wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
@@ -220,17 +230,19 @@ static void sq_complete_locked(struct kw_qp *qp)
 		}
 		if (!wr->done)
 			break;
-		if (wr->signaled || wr->status != KIWARP_WC_SUCCESS)
-			post_cqe(qp, qp->scq, wr, wr->wqe.opcode, 0, 0, false);
+		cqe = cqe_of(qp, wr, wr->wqe.opcode, 0, 0);
+		signal = wr->signaled || wr->status != KIWARP_WC_SUCCESS;
 		if (wr->status != KIWARP_WC_SUCCESS &&
 		    wr->status != KIWARP_WC_WR_FLUSH_ERR)
 			failed = true;
 		wr_release(wr);
 		qp->sq_compl++;
+		/* Pairs with the load-acquire of cons in kw_post_send(): the
+		 * slot may be reused only after we are done with it. */
+		smp_store_release(qp->sq.cons, qp->sq_compl);
+		if (signal)
+			post_cqe(qp, qp->scq, &cqe, false);
 	}
-	/* Pairs with the load-acquire of cons in kw_post_send(): the slot
-	 * may be reused only after we are done with it. */
-	smp_store_release(qp->sq.cons, qp->sq_compl);
 	if (failed && qp->state < KIWARP_QPS_TERMINATE) {
 		qp->state = KIWARP_QPS_TERMINATE;
 		kw_qp_queue(qp, &qp->err_work);
@@ -286,14 +298,17 @@ void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 {
 	struct kw_wr *wr = &qp->rq_wr[idx & (qp->rq.entries - 1)];
 
+	struct kiwarp_cqe cqe;
+
 	WARN_ON_ONCE(idx != qp->rq_compl);
 	wr->status = status;
 	wr->byte_len = byte_len;
-	post_cqe(qp, qp->rcq, wr, KIWARP_WR_RECV, flags, inv_stag,
-		 flags & KIWARP_WC_SOLICITED);
+	cqe = cqe_of(qp, wr, KIWARP_WR_RECV, flags, inv_stag);
 	wr_release(wr);
 	qp->rq_compl++;
+	/* Pairs with the load-acquire of cons in kw_post_recv(). */
 	smp_store_release(qp->rq.cons, qp->rq_compl);
+	post_cqe(qp, qp->rcq, &cqe, flags & KIWARP_WC_SOLICITED);
 }
 
 /* ------------------------------------------------------------ state/flush */
