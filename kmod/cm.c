@@ -257,7 +257,13 @@ static void kw_state_change(struct sock *sk)
 		case TCP_ESTABLISHED:
 			break;
 		default:
-			/* Peer closed or reset: the stream is gone. */
+			/*
+			 * Peer closed or reset: the stream is gone. TCP reports
+			 * a FIN before the data of the same segment, which may
+			 * be the peer's Terminate: parse what is queued first.
+			 */
+			if (qp->cb_installed)
+				kw_rx_drain(qp, sk);
 			kw_qp_set_error(qp);
 			break;
 		}

@@ -186,6 +186,7 @@ void kw_cm_release_sock(struct kw_qp *qp);
 
 /* rx.c */
 void kw_rx_data_ready(struct sock *sk);
+void kw_rx_drain(struct kw_qp *qp, struct sock *sk);
 void kw_rx_setup(struct kw_qp *qp);
 void kw_rx_release(struct kw_qp *qp);
 

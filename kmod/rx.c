@@ -406,18 +406,26 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 	return len;
 }
 
+/*
+ * Run everything TCP has queued through the parser. Caller holds the
+ * socket (softirq callback, or lock_sock) and sk_callback_lock for reading.
+ */
+void kw_rx_drain(struct kw_qp *qp, struct sock *sk)
+{
+	read_descriptor_t rd = { .count = 1, .arg.data = qp };
+
+	tcp_read_sock(sk, &rd, rx_actor);
+}
+
 /* sk_data_ready: runs in softirq, or in process context under lock_sock. */
 void kw_rx_data_ready(struct sock *sk)
 {
-	read_descriptor_t rd = { .count = 1 };
 	struct kw_qp *qp;
 
 	read_lock_bh(&sk->sk_callback_lock);
 	qp = sk->sk_user_data;
-	if (qp && qp->cb_installed) {
-		rd.arg.data = qp;
-		tcp_read_sock(sk, &rd, rx_actor);
-	}
+	if (qp && qp->cb_installed)
+		kw_rx_drain(qp, sk);
 	read_unlock_bh(&sk->sk_callback_lock);
 }
 
