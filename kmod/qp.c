@@ -318,10 +318,19 @@ static void flush_locked(struct kw_qp *qp)
 {
 	u32 i, idx;
 
-	/* SQ: every WR not yet done, including ones still in the ring. */
+	/*
+	 * SQ: every WR not yet done, including ones still in the ring. A WR
+	 * whose data TCP already saw acknowledged (the ACK usually arrives
+	 * with the peer's FIN that brought us here) was delivered: it
+	 * completes successfully rather than flushed.
+	 */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
 
+		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
+			wr->done = true;
+			wr->await_ack = false;
+		}
 		if (!wr->done) {
 			wr->done = true;
 			wr->status = KIWARP_WC_WR_FLUSH_ERR;
