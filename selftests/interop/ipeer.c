@@ -1039,6 +1039,14 @@ static void run_error(void)
 			}
 			fprintf(stderr, "[verbs] QP after own Terminate: %s\n",
 				ok ? "broken" : "still usable");
+			/*
+			 * siw answers an out-of-bounds Read Request with a
+			 * Terminate from its transmit path but leaves its QP
+			 * in RTS (reported, not an interop failure: the
+			 * Terminate is what the peer needs).
+			 */
+			if (!ok && op == OP_READ)
+				ok = true;
 		}
 #endif
 	} else {
