@@ -51,6 +51,8 @@ static int persistent;
 static const char *addr_str;
 static int port = 7174;
 static int mpa_rev = 2, crc;
+/* server: the listener's context; QPs must live in the same one */
+static struct kw_device *srv_dev;
 
 #define DBG(...) do { if (debug) printf(__VA_ARGS__); } while (0)
 
@@ -70,7 +72,9 @@ static int setup(struct ctx *c)
 	struct kw_qp_init_attr qa = { 0 };
 	int ret;
 
-	ret = kw_open(&c->dev);
+	if (srv_dev)
+		c->dev = srv_dev;
+	ret = srv_dev ? 0 : kw_open(&c->dev);
 	if (ret) {
 		fprintf(stderr, "kw_open: %s (is kiwarp.ko loaded?)\n", strerror(-ret));
 		return ret;
@@ -123,7 +127,7 @@ static void teardown(struct ctx *c)
 		kw_destroy_cq(c->cq);
 	if (c->pd)
 		kw_dealloc_pd(c->pd);
-	if (c->dev)
+	if (c->dev && c->dev != srv_dev)
 		kw_close(c->dev);
 	free(c->rdma_buf);
 	free(c->start_buf);
@@ -479,6 +483,7 @@ static int run_server(void)
 		fprintf(stderr, "kw_open: %s\n", strerror(-ret));
 		return 1;
 	}
+	srv_dev = dev;
 	ret = kw_listen(dev, (struct sockaddr *)&ss, len, 3, &l);
 	if (ret) {
 		fprintf(stderr, "rdma_bind_addr: %s\n", strerror(-ret));
