@@ -250,15 +250,15 @@ if group rping; then
 			port=$((port + 1))
 			log=$RES/rping-$port
 			if [ $mode = siw-server ]; then
-				rping -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
+				timeout 120 rping -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
 				spid=$!
 				sleep 0.5
-				"$RPING" -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
+				timeout 120 "$RPING" -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
 			else
-				"$RPING" -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
+				timeout 120 "$RPING" -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
 				spid=$!
 				sleep 0.3
-				rping -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
+				timeout 120 rping -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
 			fi
 			crc=$?
 			wait $spid
