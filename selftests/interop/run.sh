@@ -30,9 +30,29 @@ if [ -z "${KIWARP_VM:-}" ]; then
 	done
 	make -s -C selftests/interop >/dev/null && make -s -C tools >/dev/null ||
 		{ echo "not ok - build interop programs"; echo "# 0 passed, 1 failed"; exit 1; }
-	exec scripts/vm-run --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
+	log=$(mktemp)
+	caps=$(mktemp -d)
+	trap 'rm -rf "$log" "$caps"' EXIT
+	scripts/vm-run --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
 		--allow-log 'siw: got TERMINATE|siw: .*TERM|rx bogus TERM' \
-		-- selftests/interop/run.sh "$@"
+		-- selftests/interop/run.sh "$@" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
+	p=$(echo "${line:-# 0 passed, 1 failed}" | awk '{print $2}')
+	f=$(echo "${line:-# 0 passed, 1 failed}" | awk '{print $4}')
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		echo "not ok - interop VM exited $rc"; f=$((f + 1))
+	fi
+	# Wireshark: capture kiwarp<->siw and kiwarp<->kiwarp, dissect
+	if [ "${INTEROP_CAPTURE:-1}" = 1 ]; then
+		scripts/capture-reference "$caps" 2>&1 | tee "$log"
+		line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
+		p=$((p + $(echo "${line:-# 0 passed, 1 failed}" | awk '{print $2}')))
+		f=$((f + $(echo "${line:-# 0 passed, 1 failed}" | awk '{print $4}')))
+	fi
+	echo "# $p passed, $f failed"
+	[ "$f" -eq 0 ]
+	exit
 fi
 
 QUICK=0
