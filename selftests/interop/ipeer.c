@@ -732,8 +732,23 @@ static void do_connect(void)
 	fflush(stdout);
 }
 
+/*
+ * The verbs side disconnects first (rdma_disconnect: FIN); we close after
+ * we saw it (or after 10 s). kiwarp's close ends with an abortive release
+ * (RST), and siw fails a Send it has just transmitted but not yet
+ * completed with IBV_WC_LOC_QP_OP_ERR when the RST overtakes its
+ * bookkeeping, so closing first would race with siw's last completion.
+ */
 static void do_disconnect(void)
 {
+	struct kiwarp_query_qp q;
+	double end = now() + 10;
+
+	do {
+		if (kw_query_qp(qp, &q) || q.state != KIWARP_QPS_RTS)
+			break;
+		usleep(10000);
+	} while (now() < end);
 	kw_modify_qp(qp, KIWARP_MODIFY_CLOSE);
 	usleep(100000);
 }
