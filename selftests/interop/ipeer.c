@@ -493,11 +493,23 @@ static void do_connect(void)
 	fflush(stdout);
 }
 
+static bool sent_last;	/* this side sent the run's last message */
+
+/*
+ * Teardown without racing the last message: its sender closes first (after
+ * its completion), the receiver waits for that close. kiwarp's close ends
+ * in an RST that can overtake siw's completion of a Send it has just
+ * transmitted (IBV_WC_LOC_QP_OP_ERR), and a close racing an unacknowledged
+ * last Send makes kiwarp flush it.
+ */
 static void do_disconnect(void)
 {
 	struct rdma_cm_event *ev;
 	struct pollfd pfd = { .fd = ech->fd, .events = POLLIN };
 
+	if (!sent_last && poll(&pfd, 1, 10000) == 1 &&
+	    !rdma_get_cm_event(ech, &ev))
+		rdma_ack_cm_event(ev);
 	rdma_disconnect(id);
 	if (poll(&pfd, 1, 3000) == 1 && !rdma_get_cm_event(ech, &ev))
 		rdma_ack_cm_event(ev);
@@ -732,23 +744,19 @@ static void do_connect(void)
 	fflush(stdout);
 }
 
-/*
- * The verbs side disconnects first (rdma_disconnect: FIN); we close after
- * we saw it (or after 10 s). kiwarp's close ends with an abortive release
- * (RST), and siw fails a Send it has just transmitted but not yet
- * completed with IBV_WC_LOC_QP_OP_ERR when the RST overtakes its
- * bookkeeping, so closing first would race with siw's last completion.
- */
+static bool sent_last;	/* this side sent the run's last message */
+
+/* See the verbs do_disconnect(): the last message's sender closes first. */
 static void do_disconnect(void)
 {
 	struct kiwarp_query_qp q;
 	double end = now() + 10;
 
-	do {
+	while (!sent_last && now() < end) {
 		if (kw_query_qp(qp, &q) || q.state != KIWARP_QPS_RTS)
 			break;
 		usleep(10000);
-	} while (now() < end);
+	}
 	kw_modify_qp(qp, KIWARP_MODIFY_CLOSE);
 	usleep(100000);
 }
@@ -978,6 +986,7 @@ static void run_step(uint32_t step, int op, size_t size, bool active)
 		snprintf(c.why, sizeof(c.why), "%s", why);
 		send_ctl(&c);
 	}
+	sent_last = active;	/* the active side sends RESULT */
 	if (why[0])
 		fprintf(stderr, "[%s] step %u %s %zu %s: %s\n", SIDE, step,
 			op_names[op], size, active ? "active" : "passive", why);
