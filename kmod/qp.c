@@ -247,6 +247,10 @@ static void sq_complete_locked(struct kw_qp *qp)
 		qp->state = KIWARP_QPS_TERMINATE;
 		kw_qp_queue(qp, &qp->err_work);
 	}
+	/* An orderly close waits for the last completion: let tx_work
+	 * see that the send queue drained (it finishes the close). */
+	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled)
+		kw_qp_queue(qp, &qp->tx_work);
 }
 
 /* Returns true if the oldest WR still waits for its data to be acked. */
@@ -501,6 +505,7 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	kref_init(&qp->ref);
 	spin_lock_init(&qp->lock);
 	mutex_init(&qp->cm_lock);
+	mutex_init(&qp->tx_mutex);
 	INIT_WORK(&qp->tx_work, kw_tx_work);
 	INIT_WORK(&qp->err_work, err_work);
 	qp->ctx = ctx;
@@ -576,7 +581,10 @@ static void qp_teardown(struct kw_qp *qp)
 		kw_qp_put(qp);	/* it was queued, holding a reference */
 	if (cancel_work_sync(&qp->err_work))
 		kw_qp_put(qp);
+	/* waits for an inline transmit in a racing doorbell */
+	mutex_lock(&qp->tx_mutex);
 	kw_cm_release_sock(qp);
+	mutex_unlock(&qp->tx_mutex);
 	mutex_unlock(&qp->cm_lock);
 
 	spin_lock_bh(&qp->lock);
@@ -655,7 +663,7 @@ int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 	}
 	spin_unlock_bh(&qp->lock);
 	if (kick)
-		kw_qp_kick_tx(qp);
+		kw_tx_inline(qp);
 out:
 	kw_qp_put(qp);
 	return ret;

@@ -17,8 +17,10 @@
  *   The receive parser (qp->rx, rx_mr, rx_rqe) is only touched by the
  *     receive path, which TCP serializes (the socket lock / tcp_read_sock),
  *     plus setup/teardown while the callbacks are not installed.
- *   The transmit cursor (qp->tx_*) is only touched by tx_work, which the
- *     workqueue never runs concurrently with itself.
+ *   qp->tx_mutex protects the transmit cursor (qp->tx_*) and the socket
+ *     pointer while transmitting: tx_work holds it, the doorbell ioctl
+ *     transmits inline when it can take it without waiting, and teardown
+ *     takes it to release the socket.
  *   sk->sk_callback_lock protects sk_user_data and the saved callbacks.
  */
 #ifndef KW_QP_H
@@ -132,7 +134,8 @@ struct kw_qp {
 	u32 rx_rq_idx;
 	u32 rx_buf_msn;
 
-	/* transmit path (tx_work only) */
+	/* transmit path (under tx_mutex) */
+	struct mutex tx_mutex;	/* see the comment at the top of this file */
 	struct work_struct tx_work;
 	struct kw_tx_msg tx_msg;
 	struct kw_tx_fpdu tx_fpdu;
@@ -193,6 +196,7 @@ void kw_rx_release(struct kw_qp *qp);
 /* tx.c */
 void kw_tx_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
+void kw_tx_inline(struct kw_qp *qp);
 
 extern struct workqueue_struct *kw_wq;
 

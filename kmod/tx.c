@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Transmit path: one work item per QP sends every byte the QP emits. The
+ * Transmit path: every byte the QP emits is sent under qp->tx_mutex, by
+ * the doorbell ioctl inline or by the QP's work item. The
  * core (ddp.c) cuts each RDMAP message into FPDUs and gives us header and
  * trailer bytes; payload goes to TCP straight from the pinned pages with
  * kernel_sendpage(), which makes the skb frags reference those pages (TCP
@@ -440,6 +441,24 @@ void kw_tx_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
 
+	mutex_lock(&qp->tx_mutex);
 	tx_run(qp);
+	mutex_unlock(&qp->tx_mutex);
 	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
+}
+
+/*
+ * Doorbell: transmit in the caller's context when nobody else is, instead
+ * of waking a worker (a busy-polling peer on a small machine would make us
+ * wait for a time slice). Sends never block; what TCP cannot take now is
+ * finished by tx_work from sk_write_space.
+ */
+void kw_tx_inline(struct kw_qp *qp)
+{
+	if (!mutex_trylock(&qp->tx_mutex)) {
+		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
+		return;
+	}
+	tx_run(qp);
+	mutex_unlock(&qp->tx_mutex);
 }

@@ -1031,3 +1031,52 @@ TEST(nonroot_memlock_limit)
 	ASSERT_TRUE(WIFEXITED(st));
 	EXPECT_EQ(WEXITSTATUS(st), 0);
 }
+
+/*
+ * Orderly close with work in flight: the Write and the Read still complete
+ * successfully, then the QP leaves CLOSING (to ERROR: the stream is gone).
+ */
+static void run_close(int *kwt_fail, int nwr)
+{
+	struct pair p = { 0 };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge w = { 0 }, r = { 0 };
+	struct kw_send_wr wr[2] = {
+		{ .wr_id = 1, .opcode = KIWARP_WR_RDMA_WRITE,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &w },
+		{ .wr_id = 2, .opcode = KIWARP_WR_RDMA_READ,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &r },
+	};
+	int i;
+
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	fill(p.a.buf, 2 * MIB, 21);
+	fill(p.b.buf + 2 * MIB, 2 * MIB, 22);
+	w = (struct kiwarp_sge){ (uintptr_t)p.a.buf, 2 * MIB, p.a.mr->stag };
+	r = (struct kiwarp_sge){ (uintptr_t)p.a.buf + 2 * MIB, 2 * MIB,
+				 p.a.mr->stag };
+	wr[0].remote_addr = (uintptr_t)p.b.buf;
+	wr[0].rkey = p.b.mr->stag;
+	wr[1].remote_addr = (uintptr_t)p.b.buf + 2 * MIB;
+	wr[1].rkey = p.b.mr->stag;
+	ASSERT_EQ(kw_post_send(p.a.qp, wr, nwr), nwr);
+	ASSERT_EQ(kw_modify_qp(p.a.qp, KIWARP_MODIFY_CLOSE), 0);
+	for (i = 0; i < nwr; i++) {
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.wr_id, (uint64_t)i + 1);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	}
+	ASSERT_EQ(wait_error(p.a.qp, &q), 0);
+	EXPECT_FALSE(q.term_sent.valid);
+	EXPECT_FALSE(q.term_rcvd.valid);
+	ASSERT_MEMEQ(p.b.buf, p.a.buf, 2 * MIB);
+	if (nwr > 1)
+		ASSERT_MEMEQ(p.a.buf + 2 * MIB, p.b.buf + 2 * MIB, 2 * MIB);
+	pair_fini(&p);
+}
+
+/* the last completion is the Write's ACK */
+TEST(orderly_close_drains_write) { run_close(kwt_fail, 1); }
+/* the last completion is the Read Response */
+TEST(orderly_close_drains_write_read) { run_close(kwt_fail, 2); }
