@@ -6,7 +6,9 @@
 #   make run        set up everything, boot the VM, load kiwarp.ko and move
 #                   real data (Send/Recv, RDMA Write, RDMA Read; CRC on/off)
 #   make check      every test: unit tests, library tests, fuzz smoke, VM
-#                   tests; the last line is "N passed, N failed"
+#                   tests on Debian's kernel and on a KASAN/lockdep debug
+#                   kernel; the last line is "N passed, N failed"
+#   make bench      kiwarp vs TCP vs upstream siw (ratios, one VM run)
 #   make install    module (to /lib/modules/$(KVER)/extra) and libkiwarp
 #                   (DESTDIR/PREFIX honoured)
 #
@@ -48,11 +50,16 @@ deps:
 # Fresh machine: install what is needed, then rebuild with KDIR re-derived.
 run: deps
 	$(MAKE) all
-	scripts/vm-run --timeout 900 -- tools/kiwarp-demo
+	scripts/vm-run --accel tcg --timeout 900 -- tools/kiwarp-demo
 
 check: deps
 	$(MAKE) all
 	VM_TIMEOUT=$(VM_TIMEOUT) selftests/run_all.sh
+
+# kiwarp vs plain TCP vs upstream siw, side by side in one VM boot
+bench: deps
+	$(MAKE) all
+	tools/kiwarp-bench
 
 install: module lib
 	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra modules_install
@@ -65,4 +72,4 @@ clean:
 	$(MAKE) -C selftests/unit clean
 	$(MAKE) -C selftests/vm clean
 
-.PHONY: all module lib tools tests deps run check install clean
+.PHONY: all module lib tools tests deps run check bench install clean

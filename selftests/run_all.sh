@@ -64,5 +64,24 @@ suite lib make -s -C lib check
 single fuzz-smoke make -s -C selftests/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"
 suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" -- selftests/vm/run.sh
 
+# The same suite on a KASAN + lockdep + kmemleak kernel built from
+# Debian's linux-source-6.1 (cached; ~10 min the first time), see
+# Documentation/debug-kernel.md. KIWARP_SKIP_DEBUG_KERNEL=1 skips it for a
+# quick local run; CI always runs it.
+debug_tier() {
+	local env
+
+	env=$(scripts/build-kernel --kiwarp) || return 1
+	eval "$env"
+	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
+		--append "$(cat kernel/debug.cmdline)" \
+		-- kernel/vm-check --ko "$KIWARP_KO" -- selftests/vm/run.sh
+}
+if [ "${KIWARP_SKIP_DEBUG_KERNEL:-0}" = 1 ] && [ "${CI:-}" != true ]; then
+	echo "## suite vm-debug: skipped (KIWARP_SKIP_DEBUG_KERNEL=1)"
+else
+	suite vm-debug debug_tier
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
