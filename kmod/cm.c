@@ -323,6 +323,24 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	qp->sock_file = NULL;
 }
 
+/* Drop a socket we did not manage to claim. */
+static void put_sock(struct socket *sock, struct file *file)
+{
+	if (file)
+		fput(file);	/* from a user fd */
+	else
+		sock_release(sock);	/* created by us */
+}
+
+/* Connection setup failed: close, and the QP is of no further use. */
+static void cm_fail(struct kw_qp *qp)
+{
+	kw_cm_release_sock(qp);
+	spin_lock_bh(&qp->lock);
+	qp->state = KIWARP_QPS_ERROR;
+	spin_unlock_bh(&qp->lock);
+}
+
 /* Claim sock for qp (no other QP/ULP may own it). */
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file)
 {
@@ -468,10 +486,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	}
 	ret = take_sock(qp, sock, file);
 	if (ret) {
-		if (file)
-			fput(file);
-		else
-			sock_release(sock);
+		put_sock(sock, file);
 		goto out_unlock;
 	}
 	set_timeouts(sock, arg->timeout_ms);
@@ -517,10 +532,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	goto out_unlock;
 
 out_fail:
-	kw_cm_release_sock(qp);
-	spin_lock_bh(&qp->lock);
-	qp->state = KIWARP_QPS_ERROR;
-	spin_unlock_bh(&qp->lock);
+	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kfree(buf);
@@ -596,10 +608,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 		goto out_unlock;
 	ret = take_sock(qp, sock, file);
 	if (ret) {
-		if (file)
-			fput(file);
-		else
-			sock_release(sock);
+		put_sock(sock, file);
 		goto out_unlock;
 	}
 	set_timeouts(sock, arg->listen_handle ? 0 : arg->timeout_ms);
@@ -642,10 +651,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	goto out_unlock;
 
 out_fail:
-	kw_cm_release_sock(qp);
-	spin_lock_bh(&qp->lock);
-	qp->state = KIWARP_QPS_ERROR;
-	spin_unlock_bh(&qp->lock);
+	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kw_qp_put(qp);
@@ -717,10 +723,7 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 	goto out_unlock;
 
 out_fail:
-	kw_cm_release_sock(qp);
-	spin_lock_bh(&qp->lock);
-	qp->state = KIWARP_QPS_ERROR;
-	spin_unlock_bh(&qp->lock);
+	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kfree(buf);

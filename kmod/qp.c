@@ -388,14 +388,20 @@ static int sq_pull_locked(struct kw_qp *qp)
 	return any;
 }
 
-void kw_qp_set_error(struct kw_qp *qp)
+/* To ERROR, flushing everything (also what is still in the SQ ring). */
+static void to_error_locked(struct kw_qp *qp)
 {
-	spin_lock_bh(&qp->lock);
 	if (qp->state != KIWARP_QPS_ERROR) {
 		qp->state = KIWARP_QPS_ERROR;
 		sq_pull_locked(qp);
 		flush_locked(qp);
 	}
+}
+
+void kw_qp_set_error(struct kw_qp *qp)
+{
+	spin_lock_bh(&qp->lock);
+	to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	kw_qp_queue(qp, &qp->err_work);
 }
@@ -442,11 +448,7 @@ static void qp_error_now(struct kw_qp *qp)
 		return;
 	}
 	spin_lock_bh(&qp->lock);
-	if (qp->state != KIWARP_QPS_ERROR) {
-		qp->state = KIWARP_QPS_ERROR;
-		sq_pull_locked(qp);
-		flush_locked(qp);
-	}
+	to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	if (qp->sock)
 		kernel_sock_shutdown(qp->sock, SHUT_RDWR);
