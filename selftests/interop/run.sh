@@ -166,6 +166,15 @@ collect() {
 	done < "$1"
 }
 
+# until a TCP listener (kiwarp's or siw's kernel socket) is on the port
+waitlisten() {
+	for _ in $(seq 1 200); do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
 group() { printf '%s' "$1" | grep -Eq "$ONLY"; }
 
 # ------------------------------------------------------------------ main
@@ -268,12 +277,12 @@ if group rping; then
 			if [ $mode = siw-server ]; then
 				timeout 120 rping -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
 				spid=$!
-				sleep 0.5
+				waitlisten $port
 				timeout 120 "$RPING" -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
 			else
 				timeout 120 "$RPING" -s -a $ADDR -p $port -V -C 4 -S $size > $log.s 2>&1 &
 				spid=$!
-				sleep 0.3
+				waitlisten $port
 				timeout 120 rping -c -a $ADDR -p $port -V -v -C 4 -S $size > $log.c 2>&1
 			fi
 			crc=$?
