@@ -312,8 +312,13 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	if (!sock)
 		return;
 	kw_cm_uninstall(qp);
-	if (qp->state != KIWARP_QPS_RTS || qp->sq_compl != qp->sq_pulled)
-		sock_no_linger(sock->sk);	/* abortive: RST */
+	/*
+	 * Abortive (RST) only with work requests still outstanding; a
+	 * drained QP, also one closed in order or already flushed by an
+	 * error, ends the stream with a FIN.
+	 */
+	if (qp->sq_compl != qp->sq_pulled)
+		sock_no_linger(sock->sk);
 	kernel_sock_shutdown(sock, SHUT_RDWR);
 	if (qp->sock_file)
 		fput(qp->sock_file);

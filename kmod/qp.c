@@ -326,7 +326,8 @@ static void flush_locked(struct kw_qp *qp)
 	 * SQ: every WR not yet done, including ones still in the ring. A WR
 	 * whose data TCP already saw acknowledged (the ACK usually arrives
 	 * with the peer's FIN that brought us here) was delivered: it
-	 * completes successfully rather than flushed.
+	 * completes successfully rather than flushed. (Its end sequence is
+	 * known from the moment its transmission starts, see tx_pick_sq().)
 	 */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];

@@ -181,6 +181,21 @@ static void msg_untagged(struct kw_qp *qp, u32 qn)
 	qp->tx_msg.msn = ++qp->tx_msn[qn];
 }
 
+/* Bytes the message occupies on the wire: every FPDU's header, payload
+ * and trailer. */
+static u32 msg_wire_len(const struct kw_tx_msg *m)
+{
+	struct kw_tx_fpdu f;
+	u32 off = 0, len = 0;
+
+	do {
+		if (kw_tx_fpdu_next(m, &off, &f))
+			break;
+		len += f.hdr_len + f.payload_len + f.trailer_len;
+	} while (!f.last);
+	return len;
+}
+
 /* Take source MR references for the payload of an SQ WR. */
 static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 {
@@ -266,6 +281,17 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		}
 		tx_hold_sges(qp, wr);
 		qp->tx_kind = KW_TXK_SQ;
+		/*
+		 * Only we write to this socket and the previous message is
+		 * entirely in TCP, so the WR's data ends exactly its wire
+		 * length past write_seq. Knowing that before the first byte
+		 * goes out, a flush racing with the end of the transmission
+		 * can tell a delivered WR from an undelivered one.
+		 */
+		wr->byte_len = wr->len;
+		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
+			      msg_wire_len(&qp->tx_msg);
+		wr->await_ack = true;
 		return true;
 	}
 	return false;
@@ -350,20 +376,6 @@ static void tx_finish(struct kw_qp *qp)
 	spin_lock_bh(&qp->lock);
 	qp->tx_bytes += qp->tx_msg.len;
 	switch (qp->tx_kind) {
-	case KW_TXK_SQ:
-		if (qp->tx_msg.opcode != KW_OP_READ_REQ) {
-			struct kw_wr *wr = &qp->sq_wr[qp->tx_sq_idx &
-						      (qp->sq.entries - 1)];
-
-			if (!wr->done) {
-				/* only this work item writes to the socket,
-				 * so write_seq now ends this WR's data */
-				wr->await_ack = true;
-				wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq);
-				wr->byte_len = wr->len;
-			}
-		}
-		break;
 	case KW_TXK_TERM:
 		term = true;
 		break;

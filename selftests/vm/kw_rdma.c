@@ -1036,8 +1036,31 @@ TEST(nonroot_memlock_limit)
  * Orderly close with work in flight: the Write and the Read still complete
  * successfully, then the QP leaves CLOSING (to ERROR: the stream is gone).
  */
+/* TCP resets sent so far (Tcp: OutRsts in /proc/net/snmp). */
+static long tcp_out_rsts(void)
+{
+	FILE *f = fopen("/proc/net/snmp", "r");
+	char hdr[1024], val[1024], *h, *v, *hs, *vs;
+	long n = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(hdr, sizeof(hdr), f) && fgets(val, sizeof(val), f)) {
+		if (strncmp(hdr, "Tcp:", 4))
+			continue;
+		for (h = strtok_r(hdr, " \n", &hs), v = strtok_r(val, " \n", &vs);
+		     h && v; h = strtok_r(NULL, " \n", &hs),
+		     v = strtok_r(NULL, " \n", &vs))
+			if (!strcmp(h, "OutRsts"))
+				n = atol(v);
+	}
+	fclose(f);
+	return n;
+}
+
 static void run_close(int *kwt_fail, int nwr)
 {
+	long rsts;
 	struct pair p = { 0 };
 	struct kiwarp_query_qp q;
 	struct kiwarp_cqe cqe;
@@ -1073,7 +1096,21 @@ static void run_close(int *kwt_fail, int nwr)
 	ASSERT_MEMEQ(p.b.buf, p.a.buf, 2 * MIB);
 	if (nwr > 1)
 		ASSERT_MEMEQ(p.a.buf + 2 * MIB, p.b.buf + 2 * MIB, 2 * MIB);
+	/*
+	 * An orderly close ends the stream with FINs, never a reset: destroy
+	 * the closing side at once (its FIN may not even be acked yet), then
+	 * the peer, which saw the FIN and went to ERROR without Terminate.
+	 */
+	rsts = tcp_out_rsts();
+	ASSERT_GE(rsts, 0);
+	ASSERT_EQ(kw_destroy_qp(p.a.qp), 0);
+	p.a.qp = NULL;
+	ASSERT_EQ(wait_error(p.b.qp, &q), 0);
+	EXPECT_FALSE(q.term_sent.valid);
+	EXPECT_FALSE(q.term_rcvd.valid);
 	pair_fini(&p);
+	usleep(200000);
+	EXPECT_EQ(tcp_out_rsts(), rsts);
 }
 
 /* the last completion is the Write's ACK */
