@@ -7,7 +7,8 @@
 #                   real data (Send/Recv, RDMA Write, RDMA Read; CRC on/off)
 #   make check      every test: unit tests, library tests, fuzz smoke, VM
 #                   tests on Debian's kernel and on a KASAN/lockdep debug
-#                   kernel; the last line is "N passed, N failed"
+#                   kernel, interop with upstream siw/rdma-core; the last
+#                   line is "N passed, N failed"
 #   make bench      kiwarp vs TCP vs upstream siw (ratios, one VM run)
 #   make install    module (to /lib/modules/$(KVER)/extra) and libkiwarp
 #                   (DESTDIR/PREFIX honoured)
@@ -43,6 +44,7 @@ tools: lib
 tests: lib
 	$(MAKE) -C selftests/unit
 	$(MAKE) -C selftests/vm
+	$(MAKE) -C selftests/interop
 
 deps:
 	scripts/deps
@@ -71,5 +73,6 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C selftests/unit clean
 	$(MAKE) -C selftests/vm clean
+	$(MAKE) -C selftests/interop clean
 
 .PHONY: all module lib tools tests deps run check bench install clean

@@ -64,6 +64,11 @@ suite lib make -s -C lib check
 single fuzz-smoke make -s -C selftests/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"
 suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" -- selftests/vm/run.sh
 
+# Wire interoperability with upstream siw + rdma-core (built at test time
+# from linux-source-6.1, never committed) and Wireshark decode of captures:
+# host-side driver, see Documentation/interop.md.
+suite interop selftests/interop/run.sh
+
 # The same suite on a KASAN + lockdep + kmemleak kernel built from
 # Debian's linux-source-6.1 (cached; ~10 min the first time), see
 # Documentation/debug-kernel.md. KIWARP_SKIP_DEBUG_KERNEL=1 skips it for a
