@@ -521,8 +521,9 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (ret)
 		goto out_fail;
 
+	/* No buffer (0): the caller only learns the length. */
 	arg->peer_private_data_len = rep.ulp_pd_len;
-	if (rep.ulp_pd_len &&
+	if (rep.ulp_pd_len && arg->peer_private_data &&
 	    copy_to_user(u64_to_user_ptr(arg->peer_private_data), rep.ulp_pd,
 			 rep.ulp_pd_len)) {
 		ret = -EFAULT;
@@ -634,7 +635,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 		goto out_fail;
 
 	arg->peer_private_data_len = req->ulp_pd_len;
-	if (req->ulp_pd_len &&
+	if (req->ulp_pd_len && arg->peer_private_data &&
 	    copy_to_user(u64_to_user_ptr(arg->peer_private_data), req->ulp_pd,
 			 req->ulp_pd_len)) {
 		ret = -EFAULT;

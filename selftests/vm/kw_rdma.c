@@ -1117,3 +1117,31 @@ static void run_close(int *kwt_fail, int nwr)
 TEST(orderly_close_drains_write) { run_close(kwt_fail, 1); }
 /* the last completion is the Read Response */
 TEST(orderly_close_drains_write_read) { run_close(kwt_fail, 2); }
+
+/* CONNECT with no buffer for the peer's private data: the length only. */
+TEST(connect_without_pdata_buffer)
+{
+	static struct pair p;
+	static const char hello[] = "hello";
+	struct kiwarp_connect c = { 0 };
+	pthread_t t;
+
+	memset(&p, 0, sizeof(p));
+	p.a.sock = p.b.sock = -1;
+	ASSERT_EQ(end_init(&p.a, 4096, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(end_init(&p.b, 4096, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(tcp_pair(&p.a.sock, &p.b.sock), 0);
+	p.pb.mpa_rev = 2;
+	p.pd_b = hello;
+	p.pd_b_len = sizeof(hello);
+	pthread_create(&t, NULL, responder, &p);
+	c.qp = p.a.qp->handle;
+	c.sockfd = p.a.sock;
+	c.param.mpa_rev = 2;
+	EXPECT_EQ(ioctl(kw_device_fd(p.a.dev), KIWARP_IOC_CONNECT, &c), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(p.ret_b, 0);
+	EXPECT_EQ(c.peer_private_data_len, sizeof(hello));
+	EXPECT_EQ(c.result.mpa_rev, 2);
+	pair_fini(&p);
+}

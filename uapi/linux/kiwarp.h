@@ -241,7 +241,9 @@ struct kiwarp_connect {
 	__u32 timeout_ms;		/* in: 0 = default (10 s) */
 	__u32 private_data_len;		/* in: <= 512 */
 	__aligned_u64 private_data;	/* in: pointer */
-	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes */
+	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes,
+						 * or 0: only the length is
+						 * reported */
 	__u32 peer_private_data_len;	/* out */
 	__u32 reserved0;
 	struct kiwarp_conn_param result;	/* out */
@@ -254,7 +256,8 @@ struct kiwarp_accept {
 	__u32 listen_handle;		/* in: if sockfd == -1 */
 	__u32 timeout_ms;		/* in: 0 = no timeout for accept, 10 s
 					 * for the MPA Request */
-	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes */
+	__aligned_u64 peer_private_data;	/* in: pointer to 512 bytes,
+						 * or 0 (length only) */
 	__u32 peer_private_data_len;	/* out */
 	__u32 reserved0;
 	struct kiwarp_conn_param peer;	/* out: what the initiator asked */
