@@ -38,8 +38,8 @@
 #define KW_MAX_QP	1024
 #define KW_MAX_QP_WR	4096
 #define KW_MAX_CQE	65536
-#define KW_MAX_IRD	128
-#define KW_MAX_ORD	128
+#define KW_MAX_IRD	128	/* power of two */
+#define KW_MAX_ORD	128	/* power of two */
 #define KW_MAX_MR_SIZE	(1ULL << 32)	/* TOs within one MR fit u32 math */
 
 /* mmap offset encoding: ((kind << 32) | handle) << PAGE_SHIFT */

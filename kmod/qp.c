@@ -343,7 +343,7 @@ static void flush_locked(struct kw_qp *qp)
 	}
 	qp->orq_head = qp->orq_tail;
 	while (qp->irq_head != qp->irq_tail) {
-		struct kw_irq *e = &qp->irq[qp->irq_head++ % qp->irq_size];
+		struct kw_irq *e = &qp->irq[qp->irq_head++ & (KW_MAX_IRD - 1)];
 
 		if (e->src)
 			kw_mr_put(e->src);
@@ -491,6 +491,10 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	struct kw_qp *qp;
 	u32 id;
 	int ret;
+
+	/* ORQ/IRQ slots are indexed with a mask */
+	BUILD_BUG_ON(KW_MAX_ORD & (KW_MAX_ORD - 1));
+	BUILD_BUG_ON(KW_MAX_IRD & (KW_MAX_IRD - 1));
 
 	if (arg->reserved || arg->handle || (arg->flags & ~KIWARP_QP_SIGNAL_ALL))
 		return -EINVAL;

@@ -118,7 +118,9 @@ struct kw_qp {
 	struct kw_wr *rq_wr;
 	u32 rq_pulled, rq_compl;
 
-	/* ORQ / IRQ (rings sized to the negotiated ORD / IRD) */
+	/* ORQ / IRQ: KW_MAX_ORD / KW_MAX_IRD slots (powers of two, indexed
+	 * with a mask so the free-running indices may wrap); at most the
+	 * negotiated ORD / IRD (orq_size / irq_size) are in use. */
 	struct kw_orq *orq;
 	u32 orq_size, orq_head, orq_tail;	/* free-running */
 	struct kw_irq *irq;

@@ -49,7 +49,7 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 		spin_lock_bh(&qp->lock);
 		match = qp->orq_head != qp->orq_tail;
 		if (match)
-			o = qp->orq[qp->orq_head % qp->orq_size];
+			o = qp->orq[qp->orq_head & (KW_MAX_ORD - 1)];
 		spin_unlock_bh(&qp->lock);
 		if (!match || o.sink_stag != stag)
 			return -ENOENT;
@@ -259,7 +259,7 @@ static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
 		     KW_TERM_RDMAP_CATASTROPHIC_STREAM);
 		goto bad;
 	}
-	e = &qp->irq[qp->irq_tail++ % qp->irq_size];
+	e = &qp->irq[qp->irq_tail++ & (KW_MAX_IRD - 1)];
 	e->req = r;
 	e->src = mr;
 	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_READ && !r.size)
@@ -286,7 +286,7 @@ static int rx_read_resp_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 		     KW_TERM_RDMAP_UNEXP_OPCODE);
 		return -EPROTO;
 	}
-	o = &qp->orq[qp->orq_head++ % qp->orq_size];
+	o = &qp->orq[qp->orq_head++ & (KW_MAX_ORD - 1)];
 	if (o->sq_idx != ~0U) {
 		struct kw_wr *wr = &qp->sq_wr[o->sq_idx & (qp->sq.entries - 1)];
 

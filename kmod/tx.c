@@ -266,7 +266,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 				.src_stag = w->rkey,
 				.src_to = w->remote_addr,
 			};
-			o = &qp->orq[qp->orq_tail++ % qp->orq_size];
+			o = &qp->orq[qp->orq_tail++ & (KW_MAX_ORD - 1)];
 			o->sq_idx = idx;
 			o->sink_stag = rr.sink_stag;
 			o->sink_to = rr.sink_to;
@@ -329,7 +329,7 @@ static bool tx_pick(struct kw_qp *qp)
 			msg_untagged(qp, KW_QN_SEND);
 			return true;
 		case KW_RTR_READ:
-			o = &qp->orq[qp->orq_tail++ % qp->orq_size];
+			o = &qp->orq[qp->orq_tail++ & (KW_MAX_ORD - 1)];
 			o->sq_idx = ~0U;
 			o->sink_stag = KW_RTR_STAG;
 			o->sink_to = 0;
@@ -345,7 +345,7 @@ static bool tx_pick(struct kw_qp *qp)
 	if (qp->rtr_wait)
 		return false;	/* responder: not a byte before the RTR */
 	if (qp->irq_head != qp->irq_tail) {
-		struct kw_irq *e = &qp->irq[qp->irq_head++ % qp->irq_size];
+		struct kw_irq *e = &qp->irq[qp->irq_head++ & (KW_MAX_IRD - 1)];
 
 		qp->tx_irq = *e;
 		e->src = NULL;
