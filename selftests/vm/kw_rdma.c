@@ -416,7 +416,7 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 OP_TESTS(send, OP_SEND)
 OP_TESTS(send_se, OP_SEND_SE)
 OP_TESTS(send_inv, OP_SEND_INV)
-TEST(send_se_inv_crc1_rev2) { run_op(kwt_fail, OP_SEND_SE_INV, 1, 2, 0, 0); }
+OP_TESTS(send_se_inv, OP_SEND_SE_INV)
 OP_TESTS(write, OP_WRITE)
 OP_TESTS(read, OP_READ)
 

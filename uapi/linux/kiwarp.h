@@ -73,6 +73,24 @@
  * KIWARP_IOC_MODIFY_QP     Move the QP to ERROR (flush) or start an orderly
  *                          close.
  *
+ * SOCKETS
+ *
+ * CONNECT/ACCEPT with a socket fd take a reference on the socket: the fd
+ * may be closed afterwards, but it must not be used for I/O any more (the
+ * bytes belong to the iWARP stream). The socket must be a connected TCP
+ * socket (-ENOTSOCK, -EINVAL, -ENOTCONN otherwise) not claimed by another
+ * QP (-EBUSY). With MPA revision 2 the 4-byte IRD/ORD field travels inside
+ * the private data, so at most 508 bytes of ULP private data fit
+ * (-EMSGSIZE). On -ECONNREFUSED the structure is still copied back:
+ * peer_private_data_len and the peer's private data are valid.
+ *
+ * EVENTS
+ *
+ * poll() on the context fd reports POLLIN while an armed CQ has fired;
+ * read() returns the handles of the CQs that fired, one __u32 each (the
+ * count must be a multiple of 4, else -EINVAL; blocks unless O_NONBLOCK,
+ * then -EAGAIN). A CQ is reported once per arming.
+ *
  * RINGS (mmap)
  *
  * Each ring is mapped with mmap(fd, offset = *_mmap_offset, length =
@@ -81,7 +99,11 @@
  * (a power of two) entries start at `ring_off`. Indices are free-running
  * (wrap at 2^32); the slot of index i is i & (entries - 1).
  *  - SQ / RQ: user space produces struct kiwarp_wqe entries and stores prod
- *    with release semantics; the kernel stores cons as it consumes.
+ *    with release semantics. The kernel copies an entry when it sees it
+ *    but advances cons (release) only when that work request has
+ *    completed, before publishing its CQE: the ring depth bounds the work
+ *    requests outstanding, and a slot is free once its CQE is visible.
+ *    mmap offsets exceed 32 bits: 32-bit programs need a 64-bit off_t.
  *  - CQ: the kernel produces struct kiwarp_cqe entries and stores prod with
  *    release semantics; user space stores cons. A CQ overrun moves every QP
  *    bound to the CQ to ERROR.
