@@ -63,9 +63,12 @@ bench: deps
 	$(MAKE) all
 	tools/kiwarp-bench
 
-install: module lib
-	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra modules_install
-	$(MAKE) -C lib install PREFIX=$(PREFIX)
+install: module lib tools
+	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra \
+		INSTALL_MOD_PATH=$(DESTDIR) DEPMOD=/bin/true modules_install
+	$(MAKE) -C lib install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
+	$(MAKE) -C tools install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)
+	@test -n "$(DESTDIR)" || depmod -a $(KVER)
 
 clean:
 	$(MAKE) -C $(KDIR) M=$(CURDIR) clean || true
