@@ -399,6 +399,37 @@ static void to_error_locked(struct kw_qp *qp)
 	}
 }
 
+/*
+ * The peer sent a Terminate: record it, fail the oldest unfinished send WR
+ * (the one the peer refused) with status, and go to ERROR, all under one
+ * lock hold so that the failed WR's CQE is never visible before the state.
+ */
+void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
+			 u8 status)
+{
+	u32 i;
+
+	spin_lock_bh(&qp->lock);
+	qp->term_rcvd = *ti;
+	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
+		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
+
+		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
+			wr->done = true;	/* delivered before the error */
+			wr->await_ack = false;
+		}
+		if (wr->done)
+			continue;
+		wr->done = true;
+		wr->status = status;
+		wr->term = *ti;
+		break;
+	}
+	to_error_locked(qp);
+	spin_unlock_bh(&qp->lock);
+	kw_qp_queue(qp, &qp->err_work);
+}
+
 void kw_qp_set_error(struct kw_qp *qp)
 {
 	spin_lock_bh(&qp->lock);

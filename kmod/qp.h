@@ -174,6 +174,8 @@ enum kw_tx_kind {
 struct kw_qp *kw_qp_get(struct kw_ctx *ctx, u32 handle);
 void kw_qp_put(struct kw_qp *qp);
 void kw_qp_set_error(struct kw_qp *qp);
+void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
+			 u8 status);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
 bool kw_qp_sq_complete(struct kw_qp *qp);

@@ -180,32 +180,16 @@ static u8 term_status(const struct kw_term *t)
 
 static void rx_terminate(struct kw_qp *qp, const u8 *payload, u32 len)
 {
+	struct kiwarp_term_info ti;
 	struct kw_term t;
-	u32 i;
 
 	if (kw_term_decode(payload, len, &t))
 		term(&t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
 		     KW_TERM_RDMAP_UNSPECIFIED);
-	spin_lock_bh(&qp->lock);
-	qp->term_rcvd = (struct kiwarp_term_info){
-		.valid = 1, .layer = t.layer, .etype = t.etype,
-		.ecode = t.ecode,
+	ti = (struct kiwarp_term_info){
+		.valid = 1, .layer = t.layer, .etype = t.etype, .ecode = t.ecode,
 	};
-	/* The oldest unfinished send WR is the one the peer refused. */
-	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
-		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
-
-		if (wr->done)
-			continue;
-		wr->done = true;
-		wr->status = term_status(&t);
-		wr->term = qp->term_rcvd;
-		break;
-	}
-	qp->orq_head = qp->orq_tail;
-	spin_unlock_bh(&qp->lock);
-	kw_qp_sq_complete(qp);
-	kw_qp_set_error(qp);
+	kw_qp_term_received(qp, &ti, term_status(&t));
 }
 
 static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)

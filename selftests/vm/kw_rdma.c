@@ -506,6 +506,11 @@ static void run_remote_error(int *kwt_fail, uint32_t acc_b, int op,
 	ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
 	if (a_status >= 0)
 		EXPECT_EQ(cqe.status, a_status);
+	if (a_status == KIWARP_WC_REM_ACCESS_ERR) {
+		/* the failed WR's CQE is never visible before the state */
+		ASSERT_EQ(qp_state(p.a.qp, &qa), 0);
+		EXPECT_EQ(qa.state, KIWARP_QPS_ERROR);
+	}
 	ASSERT_EQ(wait_error(p.a.qp, &qa), 0);
 	ASSERT_EQ(wait_error(p.b.qp, &qb), 0);
 	/* b detected it and sent the Terminate; a received it. */
