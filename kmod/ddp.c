@@ -180,6 +180,34 @@ int kw_tx_fpdu_next(const struct kw_tx_msg *msg, u32 *off,
 	return 0;
 }
 
+/*
+ * Bytes msg occupies on the wire (every FPDU's header, payload, pad and CRC
+ * field), without walking its FPDUs: all but the last carry the same
+ * header and payload length; the CRC field is present with or without CRC
+ * (RFC 5044 section 6.1). Modulo 2^32, like TCP sequence numbers.
+ */
+u32 kw_tx_msg_wire_len(const struct kw_tx_msg *msg)
+{
+	struct kw_tx_fpdu f;
+	u32 off = 0, per, rest, tail, crc_len, full;
+	u64 len;
+
+	if (kw_tx_fpdu_next(msg, &off, &f))
+		return 0;
+	full = f.hdr_len + f.payload_len + f.trailer_len;
+	if (f.last)
+		return full;
+	per = f.payload_len;
+	crc_len = f.trailer_len - kw_mpa_pad(f.hdr_len - 2 + per);
+	rest = msg->len - per;
+	tail = rest % per;
+	len = (u64)full * (1 + rest / per);
+	if (tail)
+		len += f.hdr_len + tail + kw_mpa_pad(f.hdr_len - 2 + tail) +
+		       crc_len;
+	return (u32)len;
+}
+
 void kw_tx_fpdu_seal(const struct kw_tx_msg *msg, struct kw_tx_fpdu *f,
 		     u32 crc)
 {

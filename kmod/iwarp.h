@@ -350,6 +350,9 @@ int kw_tx_fpdu_next(const struct kw_tx_msg *msg, u32 *off,
 void kw_tx_fpdu_seal(const struct kw_tx_msg *msg, struct kw_tx_fpdu *f,
 		     u32 crc);
 
+/* Bytes the whole message occupies on the wire (mod 2^32). */
+u32 kw_tx_msg_wire_len(const struct kw_tx_msg *msg);
+
 /* Encode a Read Request payload (28 bytes). */
 void kw_read_req_encode(const struct kw_read_req *r, u8 out[KW_READ_REQ_LEN]);
 void kw_read_req_decode(const u8 in[KW_READ_REQ_LEN], struct kw_read_req *r);

@@ -126,7 +126,8 @@ static u8 wr_resolve_sges(struct kw_qp *qp, struct kw_wr *wr, bool need_write)
 			return KIWARP_WC_LOC_PROT_ERR;
 		total += s->length;
 	}
-	if (total > U32_MAX)
+	/* ACK tracking compares TCP sequence numbers: under 2^31 apart */
+	if (total > INT_MAX)
 		return KIWARP_WC_LOC_LEN_ERR;
 	wr->len = total;
 	return KIWARP_WC_SUCCESS;

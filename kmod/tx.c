@@ -181,21 +181,6 @@ static void msg_untagged(struct kw_qp *qp, u32 qn)
 	qp->tx_msg.msn = ++qp->tx_msn[qn];
 }
 
-/* Bytes the message occupies on the wire: every FPDU's header, payload
- * and trailer. */
-static u32 msg_wire_len(const struct kw_tx_msg *m)
-{
-	struct kw_tx_fpdu f;
-	u32 off = 0, len = 0;
-
-	do {
-		if (kw_tx_fpdu_next(m, &off, &f))
-			break;
-		len += f.hdr_len + f.payload_len + f.trailer_len;
-	} while (!f.last);
-	return len;
-}
-
 /* Take source MR references for the payload of an SQ WR. */
 static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 {
@@ -290,7 +275,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		 */
 		wr->byte_len = wr->len;
 		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
-			      msg_wire_len(&qp->tx_msg);
+			      kw_tx_msg_wire_len(&qp->tx_msg);
 		wr->await_ack = true;
 		return true;
 	}

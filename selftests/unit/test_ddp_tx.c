@@ -274,3 +274,44 @@ TEST(seal_crc_and_zero)
 	kw_tx_fpdu_seal(&m, &f, crc);
 	EXPECT_EQ(get_unaligned_be32(f.trailer + 3), 0);
 }
+
+/* kw_tx_msg_wire_len() against walking every FPDU: opcodes, CRC, MULPDUs
+ * around the 4-byte alignment points, lengths 0..3000 and sparse to 200 KB */
+static u32 walk_wire_len(const struct kw_tx_msg *m)
+{
+	struct kw_tx_fpdu f;
+	u32 off = 0, len = 0;
+
+	do {
+		if (kw_tx_fpdu_next(m, &off, &f))
+			return 0;
+		len += f.hdr_len + f.payload_len + f.trailer_len;
+	} while (!f.last);
+	return len;
+}
+
+TEST(msg_wire_len_matches_fpdu_walk)
+{
+	static const u32 mul[] = { 64, 100, 1442, 1443, 1444, 1445, 1446,
+				   8000, 65476 };
+	static const u8 ops[] = { KW_OP_SEND, KW_OP_WRITE, KW_OP_READ_RESP,
+				  KW_OP_SEND_INV };
+	unsigned int o, mi;
+	u32 len;
+	int c;
+
+	for (o = 0; o < sizeof(ops); o++)
+		for (c = 0; c < 2; c++)
+			for (mi = 0; mi < sizeof(mul) / sizeof(mul[0]); mi++)
+				for (len = 0; len < 200000;
+				     len += len < 3000 ? 1 : 997) {
+					struct kw_tx_msg m = {
+						.opcode = ops[o], .crc = c,
+						.mulpdu = mul[mi], .len = len,
+						.stag = 1, .msn = 1,
+					};
+
+					ASSERT_EQ(kw_tx_msg_wire_len(&m),
+						  walk_wire_len(&m));
+				}
+}
