@@ -346,6 +346,44 @@ static void cm_fail(struct kw_qp *qp)
 	spin_unlock_bh(&qp->lock);
 }
 
+/*
+ * Look up a QP and take its connection lock if it is in state want (IDLE:
+ * no socket yet; MPA_REQ_RCVD: with its socket) and not being destroyed.
+ * Returns it referenced with cm_lock held, or NULL.
+ */
+static struct kw_qp *cm_qp_lock(struct kw_ctx *ctx, u32 handle, int want)
+{
+	struct kw_qp *qp = kw_qp_get(ctx, handle);
+
+	if (!qp)
+		return NULL;
+	mutex_lock(&qp->cm_lock);
+	if (!qp->dying && qp->state == want &&
+	    (want == KIWARP_QPS_IDLE ? !qp->sock : !!qp->sock))
+		return qp;
+	mutex_unlock(&qp->cm_lock);
+	kw_qp_put(qp);
+	return NULL;
+}
+
+/*
+ * Scratch for one MPA Request/Reply: room for the frame, then the caller's
+ * private data copied in from user space (*ulp_pd). kfree() the result.
+ */
+static u8 *frame_buf(u64 uptr, u32 len, u8 **ulp_pd)
+{
+	u8 *buf = kzalloc(KW_MPA_HDR_LEN + 2 * KW_MPA_MAX_PD, GFP_KERNEL);
+
+	if (!buf)
+		return ERR_PTR(-ENOMEM);
+	*ulp_pd = buf + KW_MPA_HDR_LEN + KW_MPA_MAX_PD;
+	if (len && copy_from_user(*ulp_pd, u64_to_user_ptr(uptr), len)) {
+		kfree(buf);
+		return ERR_PTR(-EFAULT);
+	}
+	return buf;
+}
+
 /* Claim sock for qp (no other QP/ULP may own it). */
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file)
 {
@@ -445,7 +483,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	struct kw_mpa_cfg cfg;
 	struct socket *sock = NULL;
 	struct file *file = NULL;
-	u8 *buf = NULL, *ulp_pd = NULL;
+	u8 *buf, *ulp_pd;
 	u8 hdr[KW_MPA_HDR_LEN];
 	struct kw_qp *qp;
 	int ret, len;
@@ -461,24 +499,15 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (arg->sockfd < -1)
 		return -EINVAL;
 
-	qp = kw_qp_get(ctx, arg->qp);
+	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_IDLE);
 	if (!qp)
 		return -EINVAL;
-	mutex_lock(&qp->cm_lock);
-	ret = -EINVAL;
-	if (qp->state != KIWARP_QPS_IDLE || qp->sock || qp->dying)
+	buf = frame_buf(arg->private_data, arg->private_data_len, &ulp_pd);
+	if (IS_ERR(buf)) {
+		ret = PTR_ERR(buf);
+		buf = NULL;
 		goto out_unlock;
-
-	ret = -ENOMEM;
-	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
-	ulp_pd = kzalloc(KW_MPA_MAX_PD, GFP_KERNEL);
-	if (!buf || !ulp_pd)
-		goto out_unlock;
-	ret = -EFAULT;
-	if (arg->private_data_len &&
-	    copy_from_user(ulp_pd, u64_to_user_ptr(arg->private_data),
-			   arg->private_data_len))
-		goto out_unlock;
+	}
 
 	if (arg->sockfd >= 0) {
 		ret = sock_from_fd(arg->sockfd, &sock, &file);
@@ -542,7 +571,6 @@ out_fail:
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kfree(buf);
-	kfree(ulp_pd);
 	kw_qp_put(qp);
 	return ret;
 }
@@ -598,13 +626,9 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	if (arg->sockfd < -1 || (arg->sockfd >= 0 && arg->listen_handle))
 		return -EINVAL;
 
-	qp = kw_qp_get(ctx, arg->qp);
+	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_IDLE);
 	if (!qp)
 		return -EINVAL;
-	mutex_lock(&qp->cm_lock);
-	ret = -EINVAL;
-	if (qp->state != KIWARP_QPS_IDLE || qp->sock || qp->dying)
-		goto out_unlock;
 
 	if (arg->sockfd >= 0)
 		ret = sock_from_fd(arg->sockfd, &sock, &file);
@@ -669,7 +693,7 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 	struct kw_mpa_frame rep;
 	struct kw_mpa_result res;
 	struct kw_mpa_cfg cfg;
-	u8 *buf = NULL, *ulp_pd = NULL;
+	u8 *buf, *ulp_pd;
 	struct kw_qp *qp;
 	int ret, len, nego;
 
@@ -685,24 +709,15 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 	if (arg->private_data_len > KIWARP_MAX_PRIVATE_DATA)
 		return -EINVAL;
 
-	qp = kw_qp_get(ctx, arg->qp);
+	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_MPA_REQ_RCVD);
 	if (!qp)
 		return -EINVAL;
-	mutex_lock(&qp->cm_lock);
-	ret = -EINVAL;
-	if (qp->state != KIWARP_QPS_MPA_REQ_RCVD || !qp->sock)
+	buf = frame_buf(arg->private_data, arg->private_data_len, &ulp_pd);
+	if (IS_ERR(buf)) {
+		ret = PTR_ERR(buf);
+		buf = NULL;
 		goto out_unlock;
-
-	ret = -ENOMEM;
-	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
-	ulp_pd = kzalloc(KW_MPA_MAX_PD, GFP_KERNEL);
-	if (!buf || !ulp_pd)
-		goto out_unlock;
-	ret = -EFAULT;
-	if (arg->private_data_len &&
-	    copy_from_user(ulp_pd, u64_to_user_ptr(arg->private_data),
-			   arg->private_data_len))
-		goto out_unlock;
+	}
 
 	cfg_from_param(&arg->param, &cfg);
 	memset(&rep, 0, sizeof(rep));
@@ -733,7 +748,6 @@ out_fail:
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kfree(buf);
-	kfree(ulp_pd);
 	kw_qp_put(qp);
 	return ret;
 }
