@@ -384,6 +384,34 @@ static u8 *frame_buf(u64 uptr, u32 len, u8 **ulp_pd)
 	return buf;
 }
 
+/*
+ * Read and decode the peer's MPA Request (reply false) or Reply into *f,
+ * its private data into pd (KW_MPA_MAX_PD bytes, must outlive *f), and copy
+ * the ULP private data to user space at uptr (0: only the length, which is
+ * stored in *ulen either way).
+ */
+static int recv_mpa_frame(struct socket *sock, bool reply,
+			  struct kw_mpa_frame *f, u8 *pd, u64 uptr, u32 *ulen)
+{
+	u8 hdr[KW_MPA_HDR_LEN];
+	int ret;
+
+	ret = cm_recv(sock, hdr, sizeof(hdr));
+	if (!ret)
+		ret = kw_mpa_decode_hdr(hdr, reply, f);
+	if (!ret)
+		ret = cm_recv(sock, pd, f->pd_len);
+	if (!ret)
+		ret = kw_mpa_decode_pd(f, pd);
+	if (ret)
+		return ret;
+	*ulen = f->ulp_pd_len;
+	if (f->ulp_pd_len && uptr &&
+	    copy_to_user(u64_to_user_ptr(uptr), f->ulp_pd, f->ulp_pd_len))
+		return -EFAULT;
+	return 0;
+}
+
 /* Claim sock for qp (no other QP/ULP may own it). */
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file)
 {
@@ -484,7 +512,6 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	struct socket *sock = NULL;
 	struct file *file = NULL;
 	u8 *buf, *ulp_pd;
-	u8 hdr[KW_MPA_HDR_LEN];
 	struct kw_qp *qp;
 	int ret, len;
 
@@ -537,27 +564,10 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (ret)
 		goto out_fail;
 
-	ret = cm_recv(sock, hdr, sizeof(hdr));
+	ret = recv_mpa_frame(sock, true, &rep, buf, arg->peer_private_data,
+			     &arg->peer_private_data_len);
 	if (ret)
 		goto out_fail;
-	ret = kw_mpa_decode_hdr(hdr, true, &rep);
-	if (ret)
-		goto out_fail;
-	ret = cm_recv(sock, buf, rep.pd_len);
-	if (ret)
-		goto out_fail;
-	ret = kw_mpa_decode_pd(&rep, buf);
-	if (ret)
-		goto out_fail;
-
-	/* No buffer (0): the caller only learns the length. */
-	arg->peer_private_data_len = rep.ulp_pd_len;
-	if (rep.ulp_pd_len && arg->peer_private_data &&
-	    copy_to_user(u64_to_user_ptr(arg->peer_private_data), rep.ulp_pd,
-			 rep.ulp_pd_len)) {
-		ret = -EFAULT;
-		goto out_fail;
-	}
 	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
 	if (ret)
 		goto out_fail;
@@ -613,10 +623,8 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	struct sockaddr_storage ss;
 	struct socket *sock = NULL;
 	struct file *file = NULL;
-	u8 hdr[KW_MPA_HDR_LEN];
 	struct kw_mpa_frame *req;
 	struct kw_qp *qp;
-	u8 *pd;
 	int ret;
 
 	if (arg->reserved || arg->reserved0 || arg->peer_private_data_len ||
@@ -644,27 +652,10 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	set_timeouts(sock, arg->listen_handle ? 0 : arg->timeout_ms);
 
 	req = &qp->mpa_req;
-	pd = (u8 *)qp->mpa_req_pd;
-	ret = cm_recv(sock, hdr, sizeof(hdr));
+	ret = recv_mpa_frame(sock, false, req, qp->mpa_req_pd,
+			     arg->peer_private_data, &arg->peer_private_data_len);
 	if (ret)
 		goto out_fail;
-	ret = kw_mpa_decode_hdr(hdr, false, req);
-	if (ret)
-		goto out_fail;
-	ret = cm_recv(sock, pd, req->pd_len);
-	if (ret)
-		goto out_fail;
-	ret = kw_mpa_decode_pd(req, pd);
-	if (ret)
-		goto out_fail;
-
-	arg->peer_private_data_len = req->ulp_pd_len;
-	if (req->ulp_pd_len && arg->peer_private_data &&
-	    copy_to_user(u64_to_user_ptr(arg->peer_private_data), req->ulp_pd,
-			 req->ulp_pd_len)) {
-		ret = -EFAULT;
-		goto out_fail;
-	}
 	arg->peer.mpa_rev = req->rev;
 	arg->peer.flags = (req->crc ? KIWARP_CONN_CRC : 0) |
 			  (req->p2p ? KIWARP_CONN_P2P : 0);

@@ -145,6 +145,17 @@ void kw_pd_destroy_all(struct kw_ctx *ctx);
 /* Lookup by STag from any context; NULL if unknown. */
 struct kw_mr *kw_mr_get(u32 stag);
 void kw_mr_put(struct kw_mr *mr);
+/* Put and clear every non-NULL reference in mrs[0..n). */
+static inline void kw_mr_put_array(struct kw_mr **mrs, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		if (mrs[i])
+			kw_mr_put(mrs[i]);
+		mrs[i] = NULL;
+	}
+}
 /* Fill the core's view of mr (validity, bounds, access, PD). */
 void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v);
 /* Copy to/from the pinned pages at byte offset off from mr->addr. The

@@ -15,13 +15,7 @@
 
 static void rx_buf_release(struct kw_qp *qp)
 {
-	int i;
-
-	for (i = 0; i < KIWARP_MAX_SGE; i++) {
-		if (qp->rx_buf_mr[i])
-			kw_mr_put(qp->rx_buf_mr[i]);
-		qp->rx_buf_mr[i] = NULL;
-	}
+	kw_mr_put_array(qp->rx_buf_mr, KIWARP_MAX_SGE);
 	qp->rx_buf_valid = false;
 }
 

@@ -26,13 +26,7 @@
 
 static void tx_drop_refs(struct kw_qp *qp)
 {
-	u32 i;
-
-	for (i = 0; i < KIWARP_MAX_SGE; i++) {
-		if (qp->tx_mr[i])
-			kw_mr_put(qp->tx_mr[i]);
-		qp->tx_mr[i] = NULL;
-	}
+	kw_mr_put_array(qp->tx_mr, KIWARP_MAX_SGE);
 	qp->tx_nsge = 0;
 }
 
