@@ -61,6 +61,14 @@ static int sys_ioctl(int fd, unsigned long req, void *arg)
 	return ret;
 }
 
+/* The commands that take just an object handle (destroy, doorbell). */
+static int handle_ioctl(int fd, unsigned long req, uint32_t handle)
+{
+	struct kiwarp_handle h = { .handle = handle };
+
+	return sys_ioctl(fd, req, &h);
+}
+
 static void *zalloc(size_t size)
 {
 	int saved = errno;
@@ -183,13 +191,11 @@ KW_EXPORT int kw_alloc_pd(struct kw_device *dev, struct kw_pd **pdp)
 
 KW_EXPORT int kw_dealloc_pd(struct kw_pd *pd)
 {
-	struct kiwarp_handle h = { 0 };
 	int ret;
 
 	if (!pd)
 		return -EINVAL;
-	h.handle = pd->handle;
-	ret = sys_ioctl(pd->dev->fd, KIWARP_IOC_DEALLOC_PD, &h);
+	ret = handle_ioctl(pd->dev->fd, KIWARP_IOC_DEALLOC_PD, pd->handle);
 	if (ret)
 		return ret;	/* -EBUSY: MRs or QPs still use it */
 	free(pd);
@@ -239,13 +245,11 @@ KW_EXPORT int kw_reg_mr(struct kw_pd *pd, void *addr, size_t length,
 
 KW_EXPORT int kw_dereg_mr(struct kw_mr *mr)
 {
-	struct kiwarp_handle h = { 0 };
 	int ret;
 
 	if (!mr)
 		return -EINVAL;
-	h.handle = mr->handle;
-	ret = sys_ioctl(mr->pd->dev->fd, KIWARP_IOC_DEREG_MR, &h);
+	ret = handle_ioctl(mr->pd->dev->fd, KIWARP_IOC_DEREG_MR, mr->handle);
 	if (ret)
 		return ret;	/* -EBUSY: a WR in flight references it */
 	free(mr);
@@ -385,15 +389,13 @@ static void drop_pending(struct kw_device *dev, uint32_t handle)
 
 KW_EXPORT int kw_destroy_cq(struct kw_cq *cq)
 {
-	struct kiwarp_handle h = { 0 };
 	int ret;
 
 	if (!cq)
 		return -EINVAL;
 	if (cq->flags & KW_F_FAKE)
 		return -EINVAL;
-	h.handle = cq->handle;
-	ret = sys_ioctl(cq->dev->fd, KIWARP_IOC_DESTROY_CQ, &h);
+	ret = handle_ioctl(cq->dev->fd, KIWARP_IOC_DESTROY_CQ, cq->handle);
 	if (ret)
 		return ret;	/* -EBUSY: a QP still uses it */
 	ring_unmap(&cq->ring);
@@ -629,13 +631,11 @@ KW_EXPORT int kw_create_qp(struct kw_pd *pd, const struct kw_qp_init_attr *attr,
 
 KW_EXPORT int kw_destroy_qp(struct kw_qp *qp)
 {
-	struct kiwarp_handle h = { 0 };
 	int ret;
 
 	if (!qp || (qp->flags & KW_F_FAKE))
 		return -EINVAL;
-	h.handle = qp->handle;
-	ret = sys_ioctl(qp->dev->fd, KIWARP_IOC_DESTROY_QP, &h);
+	ret = handle_ioctl(qp->dev->fd, KIWARP_IOC_DESTROY_QP, qp->handle);
 	if (ret)
 		return ret;
 	ring_unmap(&qp->sq);
@@ -857,13 +857,11 @@ KW_EXPORT int kw_listener_port(const struct kw_listener *l)
 
 KW_EXPORT int kw_destroy_listener(struct kw_listener *l)
 {
-	struct kiwarp_handle h = { 0 };
 	int ret;
 
 	if (!l)
 		return -EINVAL;
-	h.handle = l->handle;
-	ret = sys_ioctl(l->dev->fd, KIWARP_IOC_DESTROY_LISTEN, &h);
+	ret = handle_ioctl(l->dev->fd, KIWARP_IOC_DESTROY_LISTEN, l->handle);
 	if (ret)
 		return ret;
 	free(l);
@@ -942,13 +940,38 @@ KW_EXPORT int kw_accept_reply(struct kw_qp *qp, uint32_t action,
 
 static int doorbell(struct kw_qp *qp)
 {
-	struct kiwarp_handle h = { 0 };
-
 	qp->doorbells++;
 	if (qp->flags & KW_F_FAKE)
 		return 0;
-	h.handle = qp->handle;
-	return sys_ioctl(qp->dev->fd, KIWARP_IOC_QP_DOORBELL, &h);
+	return handle_ioctl(qp->dev->fd, KIWARP_IOC_QP_DOORBELL, qp->handle);
+}
+
+/* Fill wqe's scatter/gather list and copy it into ring slot idx. */
+static void wqe_put(struct kw_ring *r, uint32_t idx, struct kiwarp_wqe *wqe,
+		    const struct kiwarp_sge *sg, unsigned num_sge)
+{
+	struct kiwarp_wqe *ring = r->entries_base;
+
+	if (num_sge)
+		memcpy(wqe->sge, sg, num_sge * sizeof(wqe->sge[0]));
+	memcpy(&ring[idx & r->mask], wqe, sizeof(*wqe));
+}
+
+/*
+ * Publish the n entries written from r->head on and ring the doorbell.
+ * The release store pairs with the kernel's smp_load_acquire() of the
+ * ring's prod (doorbell ioctl, receive path): the entries are visible
+ * before it. If the doorbell fails the entries stay published; the next
+ * successful doorbell picks them up, or they are flushed with the QP.
+ */
+static int ring_commit(struct kw_qp *qp, struct kw_ring *r, unsigned n)
+{
+	int ret;
+
+	r->head += n;
+	kw_smp_store_release(r->prod, r->head);
+	ret = doorbell(qp);
+	return ret ? ret : (int)n;
 }
 
 static int check_send_wr(const struct kw_qp *qp, const struct kw_send_wr *wr)
@@ -981,7 +1004,7 @@ static int check_send_wr(const struct kw_qp *qp, const struct kw_send_wr *wr)
 KW_EXPORT int kw_post_send(struct kw_qp *qp, const struct kw_send_wr *wr,
 			   unsigned n)
 {
-	struct kiwarp_wqe *ring, wqe;
+	struct kiwarp_wqe wqe;
 	uint32_t head;
 	unsigned i;
 	int ret;
@@ -1001,7 +1024,6 @@ KW_EXPORT int kw_post_send(struct kw_qp *qp, const struct kw_send_wr *wr,
 	if (n > kw_sq_space(qp))	/* load-acquire of cons, see there */
 		return -EAGAIN;		/* poll completions and retry */
 
-	ring = qp->sq.entries_base;
 	head = qp->sq.head;
 	for (i = 0; i < n; i++) {
 		const struct kw_send_wr *w = &wr[i];
@@ -1023,32 +1045,17 @@ KW_EXPORT int kw_post_send(struct kw_qp *qp, const struct kw_send_wr *wr,
 			wqe.rkey = w->rkey;
 			break;
 		}
-		if (w->num_sge)
-			memcpy(wqe.sge, w->sg_list,
-			       w->num_sge * sizeof(wqe.sge[0]));
-		memcpy(&ring[(head + i) & qp->sq.mask], &wqe, sizeof(wqe));
+		wqe_put(&qp->sq, head + i, &wqe, w->sg_list, w->num_sge);
 	}
-	qp->sq.head = head + n;
-	/*
-	 * Publish: pairs with the kernel's smp_load_acquire() of SQ prod in
-	 * kw_qp_doorbell(); the WQE stores above are visible before it.
-	 */
-	kw_smp_store_release(qp->sq.prod, head + n);
-	/*
-	 * If the doorbell fails the WRs stay published; the next successful
-	 * doorbell picks them up, or they are flushed with the QP.
-	 */
-	ret = doorbell(qp);
-	return ret ? ret : (int)n;
+	return ring_commit(qp, &qp->sq, n);
 }
 
 KW_EXPORT int kw_post_recv(struct kw_qp *qp, const struct kw_recv_wr *wr,
 			   unsigned n)
 {
-	struct kiwarp_wqe *ring, wqe;
+	struct kiwarp_wqe wqe;
 	uint32_t head;
 	unsigned i;
-	int ret;
 
 	if (!qp || (n && !wr))
 		return -EINVAL;
@@ -1065,23 +1072,16 @@ KW_EXPORT int kw_post_recv(struct kw_qp *qp, const struct kw_recv_wr *wr,
 	if (n > kw_rq_space(qp))	/* load-acquire of RQ cons */
 		return -EAGAIN;
 
-	ring = qp->rq.entries_base;
 	head = qp->rq.head;
 	for (i = 0; i < n; i++) {
 		memset(&wqe, 0, sizeof(wqe));
 		wqe.wr_id = wr[i].wr_id;
 		wqe.opcode = KIWARP_WR_RECV;
 		wqe.num_sge = (uint8_t)wr[i].num_sge;
-		if (wr[i].num_sge)
-			memcpy(wqe.sge, wr[i].sg_list,
-			       wr[i].num_sge * sizeof(wqe.sge[0]));
-		memcpy(&ring[(head + i) & qp->rq.mask], &wqe, sizeof(wqe));
+		wqe_put(&qp->rq, head + i, &wqe, wr[i].sg_list,
+			wr[i].num_sge);
 	}
-	qp->rq.head = head + n;
-	/* Pairs with the kernel's smp_load_acquire() of RQ prod. */
-	kw_smp_store_release(qp->rq.prod, head + n);
-	ret = doorbell(qp);
-	return ret ? ret : (int)n;
+	return ring_commit(qp, &qp->rq, n);
 }
 
 /* ------------------------------------------------------------------ */
