@@ -38,6 +38,8 @@
 
 #include <kiwarp.h>
 
+#include "perf-util.h"
+
 #define DEFAULT_PORT	18515
 #define SQ_DEPTH	256
 #define RQ_DEPTH	128
@@ -179,14 +181,6 @@ static void info(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-}
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
 static uint8_t pattern(uint64_t i)
@@ -542,13 +536,6 @@ static void print_bw(struct ctx *c, uint32_t size, double usec, int verified)
 		       mpps);
 	}
 	fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static void print_lat(struct ctx *c, uint32_t size, double *t, uint32_t n,
@@ -1160,20 +1147,14 @@ static void finish(struct ctx *c)
 		usleep(1000);
 }
 
-static uint32_t parse_size(const char *s)
+/* A size option: bytes, or usage() if malformed or out of range. */
+static uint32_t size_arg(const char *s)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 0);
+	uint32_t v = parse_size(s, 0x80000000ULL);
 
-	if (*end == 'k' || *end == 'K')
-		v <<= 10, end++;
-	else if (*end == 'm' || *end == 'M')
-		v <<= 20, end++;
-	else if (*end == 'g' || *end == 'G')
-		v <<= 30, end++;
-	if (*end || !v || v > 0x80000000ULL)
+	if (!v)
 		usage();
-	return (uint32_t)v;
+	return v;
 }
 
 int main(int argc, char **argv)
@@ -1217,7 +1198,7 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "bw")) c.o.mode = M_BW;
 			else usage();
 			break;
-		case 'S': c.o.size = parse_size(optarg); size_set = 1; break;
+		case 'S': c.o.size = size_arg(optarg); size_set = 1; break;
 		case 'a': c.o.sweep = 1; break;
 		case 'n':
 			v = strtol(optarg, NULL, 10);

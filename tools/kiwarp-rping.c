@@ -326,9 +326,33 @@ static int test_server(struct ctx *c)
 	}
 }
 
+
+/*
+ * Client step: advertise buf to the server, wait for its "go ahead" (the
+ * stage we wait in is named like rping's), repost the receive.
+ */
+static int advertise(struct ctx *c, char *buf, struct kw_mr *mr,
+		     const char *stage)
+{
+	int ret;
+
+	format_send(c, buf, mr);
+	if (send_info(c)) {
+		fprintf(stderr, "post send error\n");
+		return -1;
+	}
+	ret = wait_for(c, KIWARP_WR_RECV, NULL);
+	if (ret) {
+		fprintf(stderr, "wait for %s: %s\n", stage,
+			ret > 0 ? "disconnected" : "error");
+		return -1;
+	}
+	return post_recv(c);
+}
+
 static int test_client(struct ctx *c)
 {
-	int ping, start = 65, cc, i, ret;
+	int ping, start = 65, cc, i;
 	unsigned char ch;
 
 	for (ping = 0; !count || ping < count; ping++) {
@@ -342,31 +366,12 @@ static int test_client(struct ctx *c)
 			start = 65;
 		c->start_buf[size - 1] = 0;
 
-		format_send(c, c->start_buf, c->start_mr);
-		if (send_info(c)) {
-			fprintf(stderr, "post send error\n");
+		/* source buffer: the server RDMA-Reads it */
+		if (advertise(c, c->start_buf, c->start_mr, "RDMA_WRITE_ADV"))
 			return -1;
-		}
-		ret = wait_for(c, KIWARP_WR_RECV, NULL);
-		if (ret) {
-			fprintf(stderr, "wait for RDMA_WRITE_ADV: %s\n",
-				ret > 0 ? "disconnected" : "error");
-			return -1;
-		}
-		if (post_recv(c))
-			return -1;
-		format_send(c, c->rdma_buf, c->rdma_mr);
-		if (send_info(c)) {
-			fprintf(stderr, "post send error\n");
-			return -1;
-		}
-		ret = wait_for(c, KIWARP_WR_RECV, NULL);
-		if (ret) {
-			fprintf(stderr, "wait for RDMA_WRITE_COMPLETE: %s\n",
-				ret > 0 ? "disconnected" : "error");
-			return -1;
-		}
-		if (post_recv(c))
+		/* sink buffer: the server RDMA-Writes it back */
+		if (advertise(c, c->rdma_buf, c->rdma_mr,
+			      "RDMA_WRITE_COMPLETE"))
 			return -1;
 		if (validate && memcmp(c->start_buf, c->rdma_buf, size)) {
 			fprintf(stderr, "data mismatch!\n");

@@ -37,6 +37,8 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "perf-util.h"
+
 #define DEFAULT_PORT	18516
 #define MAGIC		0x54435046U	/* "TCPF" */
 
@@ -71,14 +73,6 @@ static void usage(void)
 "                [-n ITERS] [--json] [--block] [-q]\n"
 "  --block  blocking socket I/O (default: busy-poll with MSG_DONTWAIT)\n");
 	exit(2);
-}
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
 static void xwrite(int fd, const void *buf, size_t len)
@@ -141,13 +135,6 @@ static void nodelay(int fd)
 	int one = 1;
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static const char *tname(uint32_t t)
@@ -311,18 +298,14 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 	return 0;
 }
 
-static uint32_t parse_size(const char *s)
+/* A size option: bytes, or usage() if malformed or out of range. */
+static uint32_t size_arg(const char *s)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 0);
+	uint32_t v = parse_size(s, 0x40000000ULL);
 
-	if (*end == 'k' || *end == 'K')
-		v <<= 10, end++;
-	else if (*end == 'm' || *end == 'M')
-		v <<= 20, end++;
-	if (*end || !v || v > 0x40000000ULL)
+	if (!v)
 		usage();
-	return (uint32_t)v;
+	return v;
 }
 
 int main(int argc, char **argv)
@@ -359,7 +342,7 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "bw")) mode = M_BW;
 			else usage();
 			break;
-		case 'S': size = parse_size(optarg); size_set = 1; break;
+		case 'S': size = size_arg(optarg); size_set = 1; break;
 		case 'n':
 			v = strtol(optarg, NULL, 10);
 			if (v <= 0 || v > 100000000)
