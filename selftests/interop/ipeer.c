@@ -227,6 +227,11 @@ static struct mr cbuf;		/* control messages to send */
 #define WR_CTL 200
 #define WR_OP 300
 
+static const char *wc_op_name(int op)
+{
+	return op >= 0 && op < OP_N ? op_names[op] : "recv";
+}
+
 #ifdef IPEER_VERBS
 /* ------------------------------------------------- verbs (librdmacm) */
 static struct rdma_event_channel *ech;
@@ -339,11 +344,6 @@ static int post_op(int op, struct mr *m, size_t off, size_t len,
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	return ibv_post_send(id->qp, &wr, &bad) ? -errno : 0;
-}
-
-static const char *wc_op_name(int op)
-{
-	return op >= 0 && op < OP_N ? op_names[op] : "recv";
 }
 
 static int poll1(bool send, struct wc *w)
@@ -590,11 +590,6 @@ static int post_op(int op, struct mr *m, size_t off, size_t len,
 	return ret == 1 ? 0 : (ret < 0 ? ret : -EAGAIN);
 }
 
-
-static const char *wc_op_name(int op)
-{
-	return op >= 0 && op < OP_N ? op_names[op] : "recv";
-}
 
 static int poll1(bool send, struct wc *w)
 {
