@@ -21,11 +21,73 @@
 #define KW_MPA_TIMEOUT_MS	10000
 #define KW_DEFAULT_IRD_ORD	16
 
+/*
+ * Sockets kiwarp creates for a user (kernel CONNECT, LISTEN and what a
+ * listener accepts) are that user's sockets: sock_create() applies the LSM
+ * socket_create hooks, holds a reference on the caller's network namespace
+ * and charges the socket to the caller's memory cgroup; bind/connect go
+ * through the socket's own ops, so cgroup-BPF hooks apply. They hold no
+ * file descriptor, so each one is charged instead to a per-user count
+ * limited by the creator's RLIMIT_NOFILE (kw_user_socks).
+ */
+static DEFINE_MUTEX(kw_user_socks_lock);
+static DEFINE_XARRAY(kw_user_socks);	/* uid -> xa_mk_value(count) */
+
+static int user_sock_charge(kuid_t uid)
+{
+	unsigned long n, limit = rlimit(RLIMIT_NOFILE);
+	void *old;
+	int ret;
+
+	mutex_lock(&kw_user_socks_lock);
+	old = xa_load(&kw_user_socks, __kuid_val(uid));
+	n = old ? xa_to_value(old) : 0;
+	if (n >= limit)
+		ret = -EMFILE;
+	else
+		ret = xa_err(xa_store(&kw_user_socks, __kuid_val(uid),
+				      xa_mk_value(n + 1), GFP_KERNEL_ACCOUNT));
+	mutex_unlock(&kw_user_socks_lock);
+	return ret;
+}
+
+static void user_sock_uncharge(kuid_t uid)
+{
+	unsigned long n;
+	void *old;
+
+	mutex_lock(&kw_user_socks_lock);
+	old = xa_load(&kw_user_socks, __kuid_val(uid));
+	n = old ? xa_to_value(old) : 0;
+	if (WARN_ON_ONCE(!n) || n == 1)
+		xa_erase(&kw_user_socks, __kuid_val(uid));
+	else	/* replaces an existing entry: allocates nothing */
+		xa_store(&kw_user_socks, __kuid_val(uid), xa_mk_value(n - 1),
+			 GFP_KERNEL);
+	mutex_unlock(&kw_user_socks_lock);
+}
+
+/* A new TCP socket of the calling user, charged to it. */
+static int user_sock_create(int family, struct socket **sockp, kuid_t *uid)
+{
+	int ret;
+
+	*uid = current_uid();
+	ret = user_sock_charge(*uid);
+	if (ret)
+		return ret;
+	ret = sock_create(family, SOCK_STREAM, IPPROTO_TCP, sockp);
+	if (ret)
+		user_sock_uncharge(*uid);
+	return ret;
+}
+
 /* A kernel listening socket (KIWARP_IOC_LISTEN). */
 struct kw_listener {
 	struct kref ref;	/* the table's, plus one per ACCEPT in progress */
 	u32 handle;
 	struct socket *sock;
+	kuid_t uid;		/* charged for sock */
 };
 
 static void listener_free(struct kref *ref)
@@ -33,23 +95,155 @@ static void listener_free(struct kref *ref)
 	struct kw_listener *l = container_of(ref, struct kw_listener, ref);
 
 	sock_release(l->sock);
+	user_sock_uncharge(l->uid);
 	kfree(l);
+}
+
+/* ------------------------------------------------------ socket ownership */
+
+/*
+ * While a QP owns a socket that came from a user fd, that socket's ops are
+ * a copy of its own with everything that would take bytes from or put
+ * bytes into the stream, change the connection or attach another ULP
+ * failing with -EBUSY (kTLS swaps sock->ops the same way). kiwarp itself
+ * uses the saved original (qp->sock_ops). One table per original ops
+ * (IPv4 and IPv6 TCP), built on first use and never freed.
+ */
+struct kw_owned_ops {
+	const struct proto_ops *orig;
+	struct proto_ops ops;
+};
+
+static struct kw_owned_ops kw_owned[2];
+static DEFINE_MUTEX(kw_owned_lock);
+
+/* The socket's own ops (also right after kiwarp restored them). */
+static const struct proto_ops *owned_orig(const struct socket *sock)
+{
+	const struct proto_ops *ops = READ_ONCE(sock->ops);
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(kw_owned); i++)
+		if (ops == &kw_owned[i].ops)
+			return kw_owned[i].orig;
+	return ops;
+}
+
+static int owned_connect(struct socket *sock, struct sockaddr *a, int len,
+			 int flags)
+{
+	return -EBUSY;
+}
+
+static int owned_listen(struct socket *sock, int backlog)
+{
+	return -EBUSY;
+}
+
+static int owned_shutdown(struct socket *sock, int how)
+{
+	return -EBUSY;
+}
+
+static int owned_setsockopt(struct socket *sock, int level, int optname,
+			    sockptr_t optval, unsigned int optlen)
+{
+	return -EBUSY;
+}
+
+static int owned_getsockopt(struct socket *sock, int level, int optname,
+			    char __user *optval, int __user *optlen)
+{
+	/* Reading state is fine; zerocopy receive would consume the stream. */
+	if (level == SOL_TCP && optname == TCP_ZEROCOPY_RECEIVE)
+		return -EBUSY;
+	return owned_orig(sock)->getsockopt(sock, level, optname, optval,
+					    optlen);
+}
+
+static int owned_sendmsg(struct socket *sock, struct msghdr *m, size_t len)
+{
+	return -EBUSY;
+}
+
+static int owned_recvmsg(struct socket *sock, struct msghdr *m, size_t len,
+			 int flags)
+{
+	return -EBUSY;
+}
+
+static int owned_mmap(struct file *file, struct socket *sock,
+		      struct vm_area_struct *vma)
+{
+	return -EBUSY;
+}
+
+static ssize_t owned_sendpage(struct socket *sock, struct page *page,
+			      int offset, size_t size, int flags)
+{
+	return -EBUSY;
+}
+
+static ssize_t owned_splice_read(struct socket *sock, loff_t *ppos,
+				 struct pipe_inode_info *pipe, size_t len,
+				 unsigned int flags)
+{
+	return -EBUSY;
+}
+
+static const struct proto_ops *owned_ops_for(const struct proto_ops *orig)
+{
+	const struct proto_ops *ret = NULL;
+	int i;
+
+	mutex_lock(&kw_owned_lock);
+	for (i = 0; i < ARRAY_SIZE(kw_owned) && !ret; i++) {
+		struct kw_owned_ops *o = &kw_owned[i];
+
+		if (!o->orig) {
+			o->ops = *orig;
+			o->ops.connect = owned_connect;
+			o->ops.listen = owned_listen;
+			o->ops.shutdown = owned_shutdown;
+			o->ops.setsockopt = owned_setsockopt;
+			o->ops.getsockopt = owned_getsockopt;
+			o->ops.sendmsg = owned_sendmsg;
+			o->ops.recvmsg = owned_recvmsg;
+			o->ops.mmap = owned_mmap;
+			o->ops.sendpage = owned_sendpage;
+			o->ops.splice_read = owned_splice_read;
+			o->ops.set_peek_off = NULL;
+			o->orig = orig;
+		}
+		if (o->orig == orig)
+			ret = &o->ops;
+	}
+	mutex_unlock(&kw_owned_lock);
+	return ret;
 }
 
 /* ------------------------------------------------------------ socket I/O */
 
-static int cm_send(struct socket *sock, const void *buf, size_t len)
+/* Send on the QP's socket through its own ops; cm_lock or tx_mutex held. */
+int kw_sendmsg(struct kw_qp *qp, struct msghdr *msg, struct kvec *vec,
+	       size_t num, size_t len)
+{
+	iov_iter_kvec(&msg->msg_iter, ITER_SOURCE, vec, num, len);
+	return qp->sock_ops->sendmsg(qp->sock, msg, len);
+}
+
+static int cm_send(struct kw_qp *qp, const void *buf, size_t len)
 {
 	struct kvec iov = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr msg = { .msg_flags = MSG_NOSIGNAL };
-	int ret = kernel_sendmsg(sock, &msg, &iov, 1, len);
+	int ret = kw_sendmsg(qp, &msg, &iov, 1, len);
 
 	if (ret < 0)
 		return ret;
 	return ret == len ? 0 : -EIO;
 }
 
-static int cm_recv(struct socket *sock, void *buf, size_t len)
+static int cm_recv(struct kw_qp *qp, void *buf, size_t len)
 {
 	struct kvec iov = { .iov_base = buf, .iov_len = len };
 	struct msghdr msg = { .msg_flags = 0 };
@@ -57,7 +251,8 @@ static int cm_recv(struct socket *sock, void *buf, size_t len)
 
 	if (!len)
 		return 0;
-	ret = kernel_recvmsg(sock, &msg, &iov, 1, len, MSG_WAITALL);
+	iov_iter_kvec(&msg.msg_iter, ITER_DEST, &iov, 1, len);
+	ret = qp->sock_ops->recvmsg(qp->sock, &msg, len, MSG_WAITALL);
 	if (ret == -EAGAIN)
 		return -ETIMEDOUT;
 	if (ret < 0)
@@ -211,10 +406,28 @@ static void result_to_param(const struct kw_mpa_result *r,
 /* ----------------------------------------------------------- callbacks */
 
 /*
+ * The QP that owns sk, for a socket callback: the caller holds
+ * sk_callback_lock for reading. sk_user_data carries SK_USER_DATA_NOCOPY,
+ * so a socket cloned from ours (a listen() child) never inherits it, and
+ * the QP must still name sk as its socket: callbacks never act for a
+ * socket kiwarp does not own.
+ */
+struct kw_qp *kw_sk_qp(struct sock *sk)
+{
+	struct kw_qp *qp;
+
+	qp = __locked_read_sk_user_data_with_flags(sk, SK_USER_DATA_NOCOPY);
+	if (qp && (!qp->cb_installed || !qp->sock || qp->sock->sk != sk))
+		return NULL;
+	return qp;
+}
+
+/*
  * Completion on acknowledgement, on a stock kernel: TCP calls
  * sk_write_space from tcp_check_space() after processing an ACK whenever
  * SOCK_NOSPACE is set. While a WR waits for its data to be acked we keep
- * the bit set, so every ACK lets us complete what it covered.
+ * the bit set, so every ACK lets us complete what it covered. The caller
+ * keeps qp->sock (a callback, or tx_mutex).
  */
 void kw_qp_wait_acks(struct kw_qp *qp)
 {
@@ -234,7 +447,7 @@ static void kw_write_space(struct sock *sk)
 	struct kw_qp *qp;
 
 	read_lock_bh(&sk->sk_callback_lock);
-	qp = sk->sk_user_data;
+	qp = kw_sk_qp(sk);
 	if (qp) {
 		/* the bit stays set while tx_work waits for send space */
 		if (sk_stream_is_writeable(sk)) {
@@ -251,22 +464,15 @@ static void kw_state_change(struct sock *sk)
 	struct kw_qp *qp;
 
 	read_lock_bh(&sk->sk_callback_lock);
-	qp = sk->sk_user_data;
-	if (qp) {
-		switch (sk->sk_state) {
-		case TCP_ESTABLISHED:
-			break;
-		default:
-			/*
-			 * Peer closed or reset: the stream is gone. TCP reports
-			 * a FIN before the data of the same segment, which may
-			 * be the peer's Terminate: parse what is queued first.
-			 */
-			if (qp->cb_installed)
-				kw_rx_drain(qp, sk);
-			kw_qp_set_error(qp);
-			break;
-		}
+	qp = kw_sk_qp(sk);
+	if (qp && sk->sk_state != TCP_ESTABLISHED) {
+		/*
+		 * Peer closed or reset: the stream is gone. TCP reports a FIN
+		 * before the data of the same segment, which may be the
+		 * peer's Terminate: parse what is queued first.
+		 */
+		kw_rx_drain(qp, sk);
+		kw_qp_set_error(qp);
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 }
@@ -300,15 +506,43 @@ void kw_cm_uninstall(struct kw_qp *qp)
 		sk->sk_state_change = qp->saved_state_change;
 		qp->cb_installed = false;
 	}
-	if (sk->sk_user_data == qp)
-		sk->sk_user_data = NULL;
+	if (__locked_read_sk_user_data_with_flags(sk, SK_USER_DATA_NOCOPY) == qp)
+		rcu_assign_sk_user_data(sk, NULL);
 	write_unlock_bh(&sk->sk_callback_lock);
 }
 
+/* Shut the stream down both ways (wakes a blocked send/receive). */
+void kw_cm_shutdown(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->tx_mutex);
+	if (qp->sock)
+		qp->sock_ops->shutdown(qp->sock, SHUT_RDWR);
+}
+
+/*
+ * Destroy: a CONNECT/ACCEPT/ACCEPT_REPLY in the middle of the MPA exchange
+ * may be blocked on the socket with cm_lock held. Shutting the socket down
+ * makes its send or receive fail at once, so cm_lock is released soon.
+ */
+void kw_cm_abort_setup(struct kw_qp *qp)
+{
+	bool setup;
+
+	lockdep_assert_held(&qp->tx_mutex);
+	spin_lock_bh(&qp->lock);
+	setup = qp->state < KIWARP_QPS_RTS;
+	spin_unlock_bh(&qp->lock);
+	if (setup)
+		kw_cm_shutdown(qp);
+}
+
+/* Give the socket back: its owner's fd (if any) works again, closed. */
 void kw_cm_release_sock(struct kw_qp *qp)
 {
 	struct socket *sock = qp->sock;
 
+	lockdep_assert_held(&qp->cm_lock);
+	lockdep_assert_held(&qp->tx_mutex);
 	if (!sock)
 		return;
 	kw_cm_uninstall(qp);
@@ -319,28 +553,38 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	 */
 	if (qp->sq_compl != qp->sq_pulled)
 		sock_no_linger(sock->sk);
-	kernel_sock_shutdown(sock, SHUT_RDWR);
-	if (qp->sock_file)
+	kw_cm_shutdown(qp);
+	if (qp->sock_file) {
+		lock_sock(sock->sk);
+		WRITE_ONCE(sock->ops, qp->sock_ops);
+		release_sock(sock->sk);
 		fput(qp->sock_file);
-	else
+	} else {
 		sock_release(sock);
+		user_sock_uncharge(qp->sock_uid);
+	}
 	qp->sock = NULL;
 	qp->sock_file = NULL;
 }
 
 /* Drop a socket we did not manage to claim. */
-static void put_sock(struct socket *sock, struct file *file)
+static void put_sock(struct socket *sock, struct file *file, kuid_t uid)
 {
-	if (file)
+	if (file) {
 		fput(file);	/* from a user fd */
-	else
+	} else {
 		sock_release(sock);	/* created by us */
+		user_sock_uncharge(uid);
+	}
 }
 
 /* Connection setup failed: close, and the QP is of no further use. */
 static void cm_fail(struct kw_qp *qp)
 {
+	lockdep_assert_held(&qp->cm_lock);
+	mutex_lock(&qp->tx_mutex);
 	kw_cm_release_sock(qp);
+	mutex_unlock(&qp->tx_mutex);
 	spin_lock_bh(&qp->lock);
 	qp->state = KIWARP_QPS_ERROR;
 	spin_unlock_bh(&qp->lock);
@@ -348,8 +592,9 @@ static void cm_fail(struct kw_qp *qp)
 
 /*
  * Look up a QP and take its connection lock if it is in state want (IDLE:
- * no socket yet; MPA_REQ_RCVD: with its socket) and not being destroyed.
- * Returns it referenced with cm_lock held, or NULL.
+ * no socket yet; MPA_REQ_RCVD: with its socket), not being destroyed and
+ * not waiting for a connection in another ACCEPT/CONNECT. Returns it
+ * referenced with cm_lock held, or NULL.
  */
 static struct kw_qp *cm_qp_lock(struct kw_ctx *ctx, u32 handle, int want)
 {
@@ -358,12 +603,28 @@ static struct kw_qp *cm_qp_lock(struct kw_ctx *ctx, u32 handle, int want)
 	if (!qp)
 		return NULL;
 	mutex_lock(&qp->cm_lock);
-	if (!qp->dying && qp->state == want &&
+	if (!READ_ONCE(qp->dying) && !qp->cm_busy &&
+	    READ_ONCE(qp->state) == want &&
 	    (want == KIWARP_QPS_IDLE ? !qp->sock : !!qp->sock))
 		return qp;
 	mutex_unlock(&qp->cm_lock);
 	kw_qp_put(qp);
 	return NULL;
+}
+
+/*
+ * CONNECT/ACCEPT wait for a TCP connection without cm_lock (cm_busy keeps
+ * other CM calls off the QP), so that DESTROY_QP never waits for a peer.
+ * Take cm_lock back: 0 if the QP may still be set up, else the socket is
+ * dropped and -EINVAL returned (destroyed, or moved to ERROR meanwhile).
+ */
+static int cm_relock(struct kw_qp *qp)
+{
+	mutex_lock(&qp->cm_lock);
+	qp->cm_busy = false;
+	if (READ_ONCE(qp->dying) || READ_ONCE(qp->state) != KIWARP_QPS_IDLE)
+		return -EINVAL;
+	return 0;
 }
 
 /*
@@ -390,17 +651,17 @@ static u8 *frame_buf(u64 uptr, u32 len, u8 **ulp_pd)
  * the ULP private data to user space at uptr (0: only the length, which is
  * stored in *ulen either way).
  */
-static int recv_mpa_frame(struct socket *sock, bool reply,
+static int recv_mpa_frame(struct kw_qp *qp, bool reply,
 			  struct kw_mpa_frame *f, u8 *pd, u64 uptr, u32 *ulen)
 {
 	u8 hdr[KW_MPA_HDR_LEN];
 	int ret;
 
-	ret = cm_recv(sock, hdr, sizeof(hdr));
+	ret = cm_recv(qp, hdr, sizeof(hdr));
 	if (!ret)
 		ret = kw_mpa_decode_hdr(hdr, reply, f);
 	if (!ret)
-		ret = cm_recv(sock, pd, f->pd_len);
+		ret = cm_recv(qp, pd, f->pd_len);
 	if (!ret)
 		ret = kw_mpa_decode_pd(f, pd);
 	if (ret)
@@ -412,23 +673,53 @@ static int recv_mpa_frame(struct socket *sock, bool reply,
 	return 0;
 }
 
-/* Claim sock for qp (no other QP/ULP may own it). */
-static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file)
+/*
+ * Claim sock for qp: no other QP or kernel user (sk_user_data) and no ULP
+ * may own it. A socket from a user fd gets kiwarp's ops (see "socket
+ * ownership"). Called with cm_lock held; on failure the caller still owns
+ * the socket.
+ */
+static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
+		     kuid_t uid)
 {
+	const struct proto_ops *owned = NULL;
 	struct sock *sk = sock->sk;
 	int ret = 0;
 
+	lockdep_assert_held(&qp->cm_lock);
+	lock_sock(sk);
+	if (owned_orig(sock) != sock->ops) {
+		ret = -EBUSY;	/* another QP owns it */
+		goto out;
+	}
+	if (file) {
+		owned = owned_ops_for(sock->ops);
+		if (!owned) {
+			ret = -EINVAL;
+			goto out;
+		}
+	}
 	write_lock_bh(&sk->sk_callback_lock);
-	if (sk->sk_user_data)
+	if (sk->sk_user_data || inet_csk_has_ulp(sk) ||
+	    sk->sk_state != TCP_ESTABLISHED)
 		ret = -EBUSY;
 	else
-		sk->sk_user_data = qp;
+		__rcu_assign_sk_user_data_with_flags(sk, qp,
+						     SK_USER_DATA_NOCOPY);
 	write_unlock_bh(&sk->sk_callback_lock);
-	if (ret)
-		return ret;
-	qp->sock = sock;
-	qp->sock_file = file;
-	return 0;
+	if (!ret) {
+		mutex_lock(&qp->tx_mutex);	/* qp->sock: see qp.h */
+		qp->sock = sock;
+		qp->sock_file = file;
+		qp->sock_uid = uid;
+		qp->sock_ops = sock->ops;
+		mutex_unlock(&qp->tx_mutex);
+		if (owned)
+			WRITE_ONCE(sock->ops, owned);
+	}
+out:
+	release_sock(sk);
+	return ret;
 }
 
 static void set_timeouts(struct socket *sock, u32 ms)
@@ -443,13 +734,16 @@ static void set_timeouts(struct socket *sock, u32 ms)
 
 /*
  * The stream is in full operation: size the ORQ/IRQ, set up the parser and
- * the callbacks, and process anything the peer already sent.
+ * the callbacks, and process anything the peer already sent. Fails if the
+ * QP left the state of its setup (MODIFY_QP to ERROR, destroy) meanwhile.
  */
-static void go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
-		   bool initiator)
+static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
+		  bool initiator)
 {
+	int from = initiator ? KIWARP_QPS_IDLE : KIWARP_QPS_MPA_REQ_RCVD;
 	struct sock *sk = qp->sock->sk;
-	u32 mss;
+	u32 mss, mulpdu;
+	u8 *bounce;
 
 	lock_sock(sk);
 	sk->sk_rcvtimeo = MAX_SCHEDULE_TIMEOUT;
@@ -457,12 +751,22 @@ static void go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	mss = tcp_sk(sk)->mss_cache;
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
+	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
+	bounce = kvmalloc(mulpdu, GFP_KERNEL_ACCOUNT);
+	if (!bounce)
+		return -ENOMEM;
 
-	sock_hold(sk);		/* for snd_una reads until the QP is freed */
 	spin_lock_bh(&qp->lock);
+	if (qp->dying || qp->state != from) {
+		spin_unlock_bh(&qp->lock);
+		kvfree(bounce);
+		return -ECONNABORTED;
+	}
+	sock_hold(sk);		/* for snd_una reads until the QP is freed */
 	qp->ack_sk = sk;
 	qp->mpa = *res;
-	qp->mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
+	qp->mulpdu = mulpdu;
+	qp->tx_bounce = bounce;
 	qp->orq_size = clamp_t(u32, res->ord, 1, KW_MAX_ORD);
 	qp->irq_size = clamp_t(u32, res->ird, 1, KW_MAX_IRD);
 	qp->rtr_send = initiator && res->p2p && res->rtr;
@@ -477,11 +781,13 @@ static void go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	kw_rx_data_ready(sk);
 	release_sock(sk);
 	kw_qp_kick_tx(qp);
+	return 0;
 }
 
 /* ---------------------------------------------------------------- connect */
 
-static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp)
+static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp,
+			kuid_t *uid)
 {
 	struct sockaddr_storage ss;
 	struct socket *sock;
@@ -490,14 +796,13 @@ static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp)
 	ret = sockaddr_from_uapi(&arg->addr, &ss, &len);
 	if (ret)
 		return ret;
-	ret = sock_create_kern(current->nsproxy->net_ns, ss.ss_family,
-			       SOCK_STREAM, IPPROTO_TCP, &sock);
+	ret = user_sock_create(ss.ss_family, &sock, uid);
 	if (ret)
 		return ret;
 	set_timeouts(sock, arg->timeout_ms);
 	ret = kernel_connect(sock, (struct sockaddr *)&ss, len, 0);
 	if (ret) {
-		sock_release(sock);
+		put_sock(sock, NULL, *uid);
 		return ret == -EINPROGRESS ? -ETIMEDOUT : ret;
 	}
 	*sockp = sock;
@@ -511,6 +816,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	struct kw_mpa_cfg cfg;
 	struct socket *sock = NULL;
 	struct file *file = NULL;
+	kuid_t uid = GLOBAL_ROOT_UID;
 	u8 *buf, *ulp_pd;
 	struct kw_qp *qp;
 	int ret, len;
@@ -526,28 +832,30 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (arg->sockfd < -1)
 		return -EINVAL;
 
-	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_IDLE);
-	if (!qp)
-		return -EINVAL;
 	buf = frame_buf(arg->private_data, arg->private_data_len, &ulp_pd);
-	if (IS_ERR(buf)) {
-		ret = PTR_ERR(buf);
-		buf = NULL;
-		goto out_unlock;
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
+	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_IDLE);
+	if (!qp) {
+		kfree(buf);
+		return -EINVAL;
 	}
-
-	if (arg->sockfd >= 0) {
+	/* A kernel connect waits for the peer: without cm_lock. */
+	qp->cm_busy = true;
+	mutex_unlock(&qp->cm_lock);
+	if (arg->sockfd >= 0)
 		ret = sock_from_fd(arg->sockfd, &sock, &file);
-		if (ret)
-			goto out_unlock;
-	} else {
-		ret = connect_sock(arg, &sock);
-		if (ret)
-			goto out_unlock;
+	else
+		ret = connect_sock(arg, &sock, &uid);
+	if (cm_relock(qp) && !ret) {
+		put_sock(sock, file, uid);
+		ret = -EINVAL;
 	}
-	ret = take_sock(qp, sock, file);
+	if (ret)
+		goto out_unlock;
+	ret = take_sock(qp, sock, file, uid);
 	if (ret) {
-		put_sock(sock, file);
+		put_sock(sock, file, uid);
 		goto out_unlock;
 	}
 	set_timeouts(sock, arg->timeout_ms);
@@ -560,11 +868,11 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 		ret = len;
 		goto out_fail;
 	}
-	ret = cm_send(sock, buf, len);
+	ret = cm_send(qp, buf, len);
 	if (ret)
 		goto out_fail;
 
-	ret = recv_mpa_frame(sock, true, &rep, buf, arg->peer_private_data,
+	ret = recv_mpa_frame(qp, true, &rep, buf, arg->peer_private_data,
 			     &arg->peer_private_data_len);
 	if (ret)
 		goto out_fail;
@@ -572,8 +880,9 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (ret)
 		goto out_fail;
 	result_to_param(&res, &arg->result);
-	go_rts(qp, &res, true);
-	ret = 0;
+	ret = go_rts(qp, &res, true);
+	if (ret)
+		goto out_fail;
 	goto out_unlock;
 
 out_fail:
@@ -599,22 +908,31 @@ static struct kw_listener *listener_get(struct kw_ctx *ctx, u32 handle)
 	return l;
 }
 
+/* The listener's next connection, charged to the caller. */
 static int accept_sock(struct kw_ctx *ctx, struct kiwarp_accept *arg,
-		       struct socket **sockp)
+		       struct socket **sockp, kuid_t *uid)
 {
 	struct kw_listener *l = listener_get(ctx, arg->listen_handle);
 	int ret;
 
 	if (!l)
 		return -EINVAL;
+	*uid = current_uid();
+	ret = user_sock_charge(*uid);
+	if (ret)
+		goto out;
 	lock_sock(l->sock->sk);
 	l->sock->sk->sk_rcvtimeo = arg->timeout_ms ?
 		msecs_to_jiffies(arg->timeout_ms) : MAX_SCHEDULE_TIMEOUT;
 	release_sock(l->sock->sk);
+	/* interruptible; ends when the listener is destroyed */
 	ret = kernel_accept(l->sock, sockp, 0);
-	kref_put(&l->ref, listener_free);
+	if (ret)
+		user_sock_uncharge(*uid);
 	if (ret == -EAGAIN)
 		ret = -ETIMEDOUT;
+out:
+	kref_put(&l->ref, listener_free);
 	return ret;
 }
 
@@ -623,6 +941,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	struct sockaddr_storage ss;
 	struct socket *sock = NULL;
 	struct file *file = NULL;
+	kuid_t uid = GLOBAL_ROOT_UID;
 	struct kw_mpa_frame *req;
 	struct kw_qp *qp;
 	int ret;
@@ -637,22 +956,28 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_IDLE);
 	if (!qp)
 		return -EINVAL;
-
+	/* Waiting for a connection: without cm_lock. */
+	qp->cm_busy = true;
+	mutex_unlock(&qp->cm_lock);
 	if (arg->sockfd >= 0)
 		ret = sock_from_fd(arg->sockfd, &sock, &file);
 	else
-		ret = accept_sock(ctx, arg, &sock);
+		ret = accept_sock(ctx, arg, &sock, &uid);
+	if (cm_relock(qp) && !ret) {
+		put_sock(sock, file, uid);
+		ret = -EINVAL;
+	}
 	if (ret)
 		goto out_unlock;
-	ret = take_sock(qp, sock, file);
+	ret = take_sock(qp, sock, file, uid);
 	if (ret) {
-		put_sock(sock, file);
+		put_sock(sock, file, uid);
 		goto out_unlock;
 	}
 	set_timeouts(sock, arg->listen_handle ? 0 : arg->timeout_ms);
 
 	req = &qp->mpa_req;
-	ret = recv_mpa_frame(sock, false, req, qp->mpa_req_pd,
+	ret = recv_mpa_frame(qp, false, req, qp->mpa_req_pd,
 			     arg->peer_private_data, &arg->peer_private_data_len);
 	if (ret)
 		goto out_fail;
@@ -666,9 +991,13 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 		sockaddr_to_uapi(&ss, &arg->peer_addr);
 
 	spin_lock_bh(&qp->lock);
-	qp->state = KIWARP_QPS_MPA_REQ_RCVD;
+	if (qp->dying || qp->state != KIWARP_QPS_IDLE)
+		ret = -ECONNABORTED;	/* moved to ERROR meanwhile */
+	else
+		qp->state = KIWARP_QPS_MPA_REQ_RCVD;
 	spin_unlock_bh(&qp->lock);
-	ret = 0;
+	if (ret)
+		goto out_fail;
 	goto out_unlock;
 
 out_fail:
@@ -700,14 +1029,13 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 	if (arg->private_data_len > KIWARP_MAX_PRIVATE_DATA)
 		return -EINVAL;
 
-	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_MPA_REQ_RCVD);
-	if (!qp)
-		return -EINVAL;
 	buf = frame_buf(arg->private_data, arg->private_data_len, &ulp_pd);
-	if (IS_ERR(buf)) {
-		ret = PTR_ERR(buf);
-		buf = NULL;
-		goto out_unlock;
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
+	qp = cm_qp_lock(ctx, arg->qp, KIWARP_QPS_MPA_REQ_RCVD);
+	if (!qp) {
+		kfree(buf);
+		return -EINVAL;
 	}
 
 	cfg_from_param(&arg->param, &cfg);
@@ -721,7 +1049,7 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 		ret = len;
 		goto out_unlock;	/* e.g. private data too long: retry */
 	}
-	ret = cm_send(qp->sock, buf, len);
+	ret = cm_send(qp, buf, len);
 	if (ret)
 		goto out_fail;
 	if (rep.reject) {
@@ -730,8 +1058,9 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 		goto out_fail;
 	}
 	result_to_param(&res, &arg->result);
-	go_rts(qp, &res, false);
-	ret = 0;
+	ret = go_rts(qp, &res, false);
+	if (ret)
+		goto out_fail;
 	goto out_unlock;
 
 out_fail:
@@ -757,12 +1086,11 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 	ret = sockaddr_from_uapi(&arg->addr, &ss, &len);
 	if (ret)
 		return ret;
-	l = kzalloc(sizeof(*l), GFP_KERNEL);
+	l = kzalloc(sizeof(*l), GFP_KERNEL_ACCOUNT);
 	if (!l)
 		return -ENOMEM;
 	kref_init(&l->ref);
-	ret = sock_create_kern(current->nsproxy->net_ns, ss.ss_family,
-			       SOCK_STREAM, IPPROTO_TCP, &l->sock);
+	ret = user_sock_create(ss.ss_family, &l->sock, &l->uid);
 	if (ret)
 		goto err_free;
 	sock_set_reuseaddr(l->sock->sk);
@@ -776,7 +1104,7 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 	if (ret < 0)
 		goto err_sock;
 	ret = xa_alloc(&ctx->listeners, &id, l, XA_LIMIT(1, U16_MAX),
-		       GFP_KERNEL);
+		       GFP_KERNEL_ACCOUNT);
 	if (ret)
 		goto err_sock;
 	l->handle = id;
@@ -787,7 +1115,7 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 	return 0;
 
 err_sock:
-	sock_release(l->sock);
+	put_sock(l->sock, NULL, l->uid);
 err_free:
 	kfree(l);
 	return ret;
@@ -822,4 +1150,11 @@ void kw_cm_listen_destroy_all(struct kw_ctx *ctx)
 		xa_erase(&ctx->listeners, id);
 		listener_destroy(l);
 	}
+}
+
+/* Module exit: every socket was given back with its file. */
+void kw_cm_exit(void)
+{
+	WARN_ON(!xa_empty(&kw_user_socks));
+	xa_destroy(&kw_user_socks);
 }

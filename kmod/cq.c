@@ -2,7 +2,7 @@
 /*
  * Completion queues.
  *
- * A CQ is a ring of struct kiwarp_cqe in vmalloc_user() memory that user
+ * A CQ is a ring of struct kiwarp_cqe in ring memory (umem.c) that user
  * space maps read/write. Layout (reported through struct kiwarp_create_cq):
  *
  *   offset 0          u32 prod    written by the kernel (store-release)
@@ -15,8 +15,15 @@
  * full ring. Nothing user space writes into the mapping can make the kernel
  * write outside the ring.
  *
- * The mapping is charged to the opener's RLIMIT_MEMLOCK (ctx->mm pinned_vm),
- * like the pinned memory of MRs.
+ * The ring is charged to the opener's RLIMIT_MEMLOCK (ctx->mm pinned_vm),
+ * like the pinned memory of MRs, and to the creator's memory cgroup, for as
+ * long as it exists: a mapping outlives DESTROY_CQ and keeps the charge.
+ *
+ * Lifetime: the context's table holds one reference, every QP bound to the
+ * CQ one more (taken at CREATE_QP, dropped when the QP is freed), so a QP
+ * never posts into a freed CQ. DESTROY_CQ is refused while QPs are bound
+ * (cq->users, under ctx->lock). A CQ that overran stays in error: every
+ * later post fails, so each bound QP goes to ERROR at its next completion.
  *
  * Events: an armed CQ that receives a matching completion disarms and queues
  * its handle on ctx->ev_fifo, once (ctx->ev_pending), and wakes poll()/read()
@@ -63,15 +70,23 @@ static void cq_purge_event(struct kw_ctx *ctx, u32 handle)
 	spin_unlock_irq(&ctx->ev_lock);
 }
 
-static void cq_free(struct kw_ctx *ctx, struct kw_cq *cq)
+static void cq_free(struct kref *ref)
 {
-	/*
-	 * Pages still mapped by user space stay alive through the mapping's
-	 * page references; vfree() only drops ours.
-	 */
-	vfree(cq->mem);
-	kw_unaccount_pinned(ctx->mm, cq->mem_size >> PAGE_SHIFT);
+	struct kw_cq *cq = container_of(ref, struct kw_cq, ref);
+
+	/* A mapping still holds the ring (and its charge) until munmap. */
+	kw_umem_put(cq->umem);
 	kfree(cq);
+}
+
+void kw_cq_get(struct kw_cq *cq)
+{
+	kref_get(&cq->ref);
+}
+
+void kw_cq_put(struct kw_cq *cq)
+{
+	kref_put(&cq->ref, cq_free);
 }
 
 int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
@@ -94,19 +109,18 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 	cq = kzalloc(sizeof(*cq), GFP_KERNEL_ACCOUNT);
 	if (!cq)
 		return -ENOMEM;
+	kref_init(&cq->ref);
 	spin_lock_init(&cq->lock);
 	cq->entries = entries;
 	cq->ctx = ctx;
 	cq->mem_size = size;
 
-	ret = kw_account_pinned(ctx->mm, size >> PAGE_SHIFT);
-	if (ret)
-		goto err_free_cq;
-
-	cq->mem = vmalloc_user(size);	/* zeroed: prod == cons == 0 */
-	if (!cq->mem) {
-		ret = -ENOMEM;
-		goto err_unaccount;
+	/* zeroed: prod == cons == 0 */
+	cq->umem = kw_umem_alloc(ctx->mm, size, &cq->mem);
+	if (IS_ERR(cq->umem)) {
+		ret = PTR_ERR(cq->umem);
+		cq->umem = NULL;
+		goto err_put;
 	}
 	cq->prod = cq->mem + CQ_PROD_OFF;
 	cq->cons = cq->mem + CQ_CONS_OFF;
@@ -114,11 +128,11 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 
 	mutex_lock(&ctx->lock);
 	ret = xa_alloc(&ctx->cqs, &cq->handle, cq, XA_LIMIT(1, KW_MAX_CQ),
-		       GFP_KERNEL);
+		       GFP_KERNEL_ACCOUNT);
 	mutex_unlock(&ctx->lock);
 	if (ret) {
 		ret = ret == -EBUSY ? -ENOSPC : ret;
-		goto err_vfree;
+		goto err_put;
 	}
 
 	arg->handle = cq->handle;
@@ -130,12 +144,8 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 	arg->mmap_size = size;
 	return 0;
 
-err_vfree:
-	vfree(cq->mem);
-err_unaccount:
-	kw_unaccount_pinned(ctx->mm, size >> PAGE_SHIFT);
-err_free_cq:
-	kfree(cq);
+err_put:
+	kw_cq_put(cq);
 	return ret;
 }
 
@@ -161,7 +171,7 @@ int kw_cq_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 
 	/* No QP is bound (users == 0): nobody posts to cq any more. */
 	cq_purge_event(ctx, cq->handle);
-	cq_free(ctx, cq);
+	kw_cq_put(cq);
 	return 0;
 }
 
@@ -175,7 +185,7 @@ void kw_cq_destroy_all(struct kw_ctx *ctx)
 		xa_erase(&ctx->cqs, idx);
 		WARN_ON_ONCE(cq->users);
 		cq_purge_event(ctx, cq->handle);
-		cq_free(ctx, cq);
+		kw_cq_put(cq);
 	}
 	mutex_unlock(&ctx->lock);
 }
@@ -207,16 +217,7 @@ int kw_cq_arm(struct kw_ctx *ctx, struct kiwarp_arm_cq *arg)
 /* Called with ctx->lock held (dev.c), which keeps cq alive. */
 int kw_cq_mmap(struct kw_cq *cq, struct vm_area_struct *vma)
 {
-	if (vma->vm_end - vma->vm_start != cq->mem_size)
-		return -EINVAL;
-	if (!(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	if (vma->vm_flags & VM_EXEC)
-		return -EPERM;
-
-	vma->vm_flags &= ~VM_MAYEXEC;
-	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
-	return remap_vmalloc_range(vma, cq->mem, 0);
+	return kw_umem_mmap(cq->umem, vma);
 }
 
 /* Queue cq's handle on the context's event channel (cq->lock held). */
@@ -247,7 +248,7 @@ int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited)
 	 * done reading a slot before we overwrite it.
 	 */
 	used = cq->kprod - smp_load_acquire(cq->cons);
-	if (used >= cq->entries) {
+	if (used >= cq->entries || cq->overflow) {
 		cq->overflow = true;
 		spin_unlock_irqrestore(&cq->lock, flags);
 		return -ENOSPC;

@@ -8,6 +8,7 @@
  *            read (CQ events), release
  *   mem.c    protection domains, memory regions (pinning, STag table)
  *   cq.c     completion queues (mmap'd CQE ring, arming, events)
+ *   umem.c   ring memory shared with user space (charged while mapped)
  *   qp.c     queue pairs: rings, WR processing, state machine (qp.h)
  *   cm.c     connection management: socket takeover, MPA exchange, listen
  *   rx.c     receive path: TCP read_sock actor -> sans-I/O parser -> placement
@@ -106,6 +107,7 @@ struct kw_mr {
 	struct page **pages;
 	struct mm_struct *mm;	/* accounted mm (pinned_vm) */
 	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
+	atomic_t active;	/* accesses in progress (kw_mr_access_begin) */
 	struct kw_ctx *ctx;	/* only while in ctx->mrs (not after dereg) */
 	struct kw_pd *pd;	/* only while in ctx->mrs; pd->users counts it */
 	struct work_struct release_work;	/* last put: unpin (may sleep) */
@@ -116,15 +118,17 @@ struct kw_mr {
  * process context (tx worker, flush).
  */
 struct kw_cq {
+	struct kref ref;	/* the table's + one per bound QP */
 	u32 handle;
 	u32 users;		/* QPs bound, under ctx->lock */
 	spinlock_t lock;	/* protects kprod, ring writes, armed */
 	u32 entries;		/* power of two */
 	u32 kprod;		/* the kernel's own producer index */
 	u8 armed;		/* 0, or 1 + KIWARP_ARM_* */
-	bool overflow;
-	void *mem;		/* vmalloc_user: header page + ring */
-	size_t mem_size;	/* == mmap_size, accounted in ctx->mm pinned_vm */
+	bool overflow;		/* sticky: every later post fails */
+	struct kw_umem *umem;	/* header page + ring */
+	void *mem;		/* its kernel address */
+	size_t mem_size;	/* == mmap_size */
 	u32 *prod, *cons;	/* in mem */
 	struct kiwarp_cqe *ring;	/* in mem */
 	struct kw_ctx *ctx;
@@ -156,6 +160,14 @@ static inline void kw_mr_put_array(struct kw_mr **mrs, unsigned int n)
 		mrs[i] = NULL;
 	}
 }
+/*
+ * Bracket one bounded access to mr's memory on the peer's behalf (placement,
+ * Read Response payload): begin fails once mr is invalidated or
+ * deregistered, and deregistration waits for the accesses in progress.
+ * Any context.
+ */
+bool kw_mr_access_begin(struct kw_mr *mr);
+void kw_mr_access_end(struct kw_mr *mr);
 /* Fill the core's view of mr (validity, bounds, access, PD). */
 void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v);
 /* Copy to/from the pinned pages at byte offset off from mr->addr. The
@@ -182,7 +194,16 @@ void kw_mem_flush(void);
 int kw_mem_init(void);
 void kw_mem_exit(void);
 
+/* ---- umem.c */
+struct kw_umem;
+/* Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure. */
+struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr);
+void kw_umem_put(struct kw_umem *u);	/* NULL is fine; process context */
+int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma);
+
 /* ---- cq.c */
+void kw_cq_get(struct kw_cq *cq);
+void kw_cq_put(struct kw_cq *cq);
 int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg);
 int kw_cq_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 int kw_cq_arm(struct kw_ctx *ctx, struct kiwarp_arm_cq *arg);

@@ -16,6 +16,17 @@
  * locks them, so may sleep): it is deferred to kw_mem_wq. The struct itself
  * is freed after an RCU grace period because kw_mr_get() may still be
  * looking at it.
+ *
+ * Revocation (RFC 5042 section 5): holding a reference keeps the pages, not
+ * the right to touch them. Every access on behalf of the peer, or into a
+ * buffer the peer fills (placement in rx.c, Read Response payload in tx.c),
+ * is bracketed by kw_mr_access_begin()/end(), which fails once the MR is
+ * invalid. Deregistration clears valid and then waits for the accesses in
+ * progress (each one bounded: a copy of at most one FPDU, never across a
+ * socket wait), so when DEREG_MR returns nothing reads or writes the
+ * memory any more. Invalidation (Local Invalidate, Send with Invalidate)
+ * runs in atomic context and does not wait: an access already in progress
+ * on another CPU finishes its one FPDU.
  */
 #include <linux/module.h>
 #include <linux/slab.h>
@@ -28,6 +39,9 @@
 #include <linux/random.h>
 #include <linux/rcupdate.h>
 #include <linux/capability.h>
+#include <linux/backing-dev.h>
+#include <linux/pagemap.h>
+#include <linux/wait_bit.h>
 
 #include "kiwarp.h"
 
@@ -89,7 +103,7 @@ int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 
 	mutex_lock(&ctx->lock);
 	ret = xa_alloc(&ctx->pds, &pd->handle, pd, XA_LIMIT(1, KW_MAX_PD),
-		       GFP_KERNEL);
+		       GFP_KERNEL_ACCOUNT);
 	mutex_unlock(&ctx->lock);
 	if (ret)
 		goto err_ida;
@@ -197,6 +211,32 @@ struct kw_mr *kw_mr_get(u32 stag)
 	return mr;
 }
 
+/*
+ * A writable long-term pin of page-cache pages of a file system that writes
+ * back is refused (as upstream GUP does since 6.5): the file system cannot
+ * track the writes we would make to them. Checked on the pinned pages, so
+ * it cannot be raced with mmap(). Anonymous memory, private copies and
+ * shmem/ramfs (no writeback) are fine.
+ */
+static bool mr_pages_ok(struct kw_mr *mr, unsigned long n)
+{
+	unsigned long i;
+
+	if (!mr_writable(mr))
+		return true;
+	for (i = 0; i < n; i++) {
+		struct folio *folio = page_folio(mr->pages[i]);
+		struct address_space *mapping;
+
+		if (folio_test_anon(folio))
+			continue;
+		mapping = folio_mapping(folio);
+		if (mapping && mapping->host && mapping_can_writeback(mapping))
+			return false;
+	}
+	return true;
+}
+
 /* Pin every page of [mr->addr, +len) into mr->pages. */
 static int mr_pin(struct kw_mr *mr)
 {
@@ -224,6 +264,10 @@ static int mr_pin(struct kw_mr *mr)
 		}
 		pinned += ret;
 	}
+	if (!mr_pages_ok(mr, pinned)) {
+		ret = -EOPNOTSUPP;
+		goto err_unpin;
+	}
 	return 0;
 
 err_unpin:
@@ -242,7 +286,7 @@ static int mr_assign_stag(struct kw_mr *mr)
 		if (!stag)
 			continue;
 		mr->stag = stag;
-		ret = xa_insert(&kw_stags, stag, mr, GFP_KERNEL);
+		ret = xa_insert(&kw_stags, stag, mr, GFP_KERNEL_ACCOUNT);
 	}
 	return ret == -EBUSY ? -ENOSPC : ret;
 }
@@ -322,7 +366,7 @@ int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
 	mr->ctx = ctx;
 	WRITE_ONCE(mr->valid, true);
 	ret = xa_alloc(&ctx->mrs, &mr->handle, mr, XA_LIMIT(1, KW_MAX_MR),
-		       GFP_KERNEL);
+		       GFP_KERNEL_ACCOUNT);
 	if (ret) {
 		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_unlock;
@@ -353,6 +397,31 @@ err_mmdrop:
 	return ret;
 }
 
+bool kw_mr_access_begin(struct kw_mr *mr)
+{
+	atomic_inc(&mr->active);
+	/* Pairs with the xchg() in mr_revoke() and kw_mr_invalidate(). */
+	smp_mb__after_atomic();
+	if (likely(READ_ONCE(mr->valid)))
+		return true;
+	kw_mr_access_end(mr);
+	return false;
+}
+
+void kw_mr_access_end(struct kw_mr *mr)
+{
+	if (atomic_dec_and_test(&mr->active))
+		wake_up_var(&mr->active);
+}
+
+/* No access starts after this returns, and none is still running. */
+static void mr_revoke(struct kw_mr *mr)
+{
+	might_sleep();
+	xchg(&mr->valid, false);	/* full barrier */
+	wait_var_event(&mr->active, !atomic_read(&mr->active));
+}
+
 /* Unlink mr from both tables and drop the table's reference. */
 static void mr_unlink(struct kw_ctx *ctx, struct kw_mr *mr)
 {
@@ -377,14 +446,20 @@ int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 
 	mutex_lock(&ctx->lock);
 	mr = xa_load(&ctx->mrs, arg->handle);
-	if (!mr)
+	if (!mr) {
 		ret = -EINVAL;
-	else if (atomic_read(&mr->wr_refs))
+	} else if (atomic_read(&mr->wr_refs)) {
 		ret = -EBUSY;
-	else
+	} else {
+		kref_get(&mr->ref);	/* ours, for the wait below */
 		mr_unlink(ctx, mr);
+	}
 	mutex_unlock(&ctx->lock);
-	return ret;
+	if (ret)
+		return ret;
+	mr_revoke(mr);
+	kw_mr_put(mr);
+	return 0;
 }
 
 void kw_mr_destroy_all(struct kw_ctx *ctx)

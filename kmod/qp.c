@@ -4,7 +4,6 @@
  * state machine and flushing. Locking rules are in qp.h.
  */
 #include <linux/slab.h>
-#include <linux/vmalloc.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
 #include <linux/log2.h>
@@ -17,19 +16,39 @@ struct workqueue_struct *kw_wq;
 
 /* ------------------------------------------------------------------ rings */
 
-static int ring_alloc(struct kw_ring *r, u32 min_entries)
+static int ring_alloc(struct kw_ring *r, struct mm_struct *mm, u32 min_entries)
 {
 	u32 n = roundup_pow_of_two(max_t(u32, min_entries, 1));
+	void *mem;
 
 	r->entries = n;
 	r->mem_size = PAGE_SIZE + PAGE_ALIGN((size_t)n * sizeof(struct kiwarp_wqe));
-	r->mem = vmalloc_user(r->mem_size);
-	if (!r->mem)
-		return -ENOMEM;
-	r->prod = r->mem;
-	r->cons = r->mem + 64;
-	r->wqe = r->mem + PAGE_SIZE;
+	r->umem = kw_umem_alloc(mm, r->mem_size, &mem);
+	if (IS_ERR(r->umem)) {
+		int ret = PTR_ERR(r->umem);
+
+		r->umem = NULL;
+		return ret;
+	}
+	r->prod = mem;
+	r->cons = mem + 64;
+	r->wqe = mem + PAGE_SIZE;
 	return 0;
+}
+
+/*
+ * How many new entries user space produced on a ring whose kernel copy has
+ * taken entries up to pulled and completed them up to compl. The producer
+ * index is user-written: it is valid only if it lies in
+ * [pulled, compl + entries] (free-running, modulo 2^32). Returns -1 if not.
+ */
+static s64 ring_new_entries(u32 prod, u32 pulled, u32 compl, u32 entries)
+{
+	u32 room = entries - (pulled - compl);	/* slots not yet taken */
+
+	if (prod - pulled > room)
+		return -1;
+	return prod - pulled;
 }
 
 static void ring_info(const struct kw_ring *r, enum kw_mmap_kind kind,
@@ -51,16 +70,18 @@ static void qp_free(struct kref *ref)
 
 	if (qp->ack_sk)
 		sock_put(qp->ack_sk);
-	if (qp->mm) {
-		kw_unaccount_pinned(qp->mm, qp->ring_pages);
-		mmdrop(qp->mm);
-	}
-	vfree(qp->sq.mem);
-	vfree(qp->rq.mem);
+	if (qp->scq)
+		kw_cq_put(qp->scq);
+	if (qp->rcq)
+		kw_cq_put(qp->rcq);
+	/* mappings keep the rings until munmap */
+	kw_umem_put(qp->sq.umem);
+	kw_umem_put(qp->rq.umem);
 	kvfree(qp->sq_wr);
 	kvfree(qp->rq_wr);
 	kfree(qp->orq);
 	kfree(qp->irq);
+	kvfree(qp->tx_bounce);
 	kfree(qp);
 }
 
@@ -196,6 +217,9 @@ static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
 static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
 		     const struct kiwarp_cqe *cqe, bool solicited)
 {
+	lockdep_assert_held(&qp->lock);
+	if (qp->cq_detached)
+		return;		/* destroyed: the CQ may serve others now */
 	if (kw_cq_post(cq, cqe, solicited || cqe->status) &&
 	    qp->state != KIWARP_QPS_ERROR) {
 		/* CQ overrun: the QP cannot report further completions */
@@ -277,12 +301,11 @@ bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx)
 	u32 prod = smp_load_acquire(qp->rq.prod);
 	struct kw_wr *wr;
 
-	if (prod == qp->rq_pulled)
+	lockdep_assert_held(&qp->lock);
+	/* None posted, or an index no valid producer could have written. */
+	if (ring_new_entries(prod, qp->rq_pulled, qp->rq_compl,
+			     qp->rq.entries) <= 0)
 		return false;
-	if (prod - qp->rq_compl > qp->rq.entries) {
-		/* User space claims more entries than the ring holds. */
-		return false;
-	}
 	wr = &qp->rq_wr[qp->rq_pulled & (qp->rq.entries - 1)];
 	memset(wr, 0, sizeof(*wr));
 	memcpy(&wr->wqe, &qp->rq.wqe[qp->rq_pulled & (qp->rq.entries - 1)],
@@ -318,10 +341,22 @@ void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 
 /* ------------------------------------------------------------ state/flush */
 
+/*
+ * Flush the receive WRs still in the ring. At most one ring's worth per
+ * call: user space may keep producing while we loop.
+ */
+static void rq_flush_ring_locked(struct kw_qp *qp)
+{
+	u32 n, idx;
+
+	for (n = qp->rq.entries; n && kw_qp_rq_pull(qp, &idx); n--)
+		kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR, 0, 0, 0);
+}
+
 /* Flush everything outstanding. Caller holds qp->lock. */
 static void flush_locked(struct kw_qp *qp)
 {
-	u32 i, idx;
+	u32 i;
 
 	/*
 	 * SQ: every WR not yet done, including ones still in the ring. A WR
@@ -357,21 +392,28 @@ static void flush_locked(struct kw_qp *qp)
 	while (qp->rq_compl != qp->rq_pulled)
 		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
 				  0, 0, 0);
-	while (kw_qp_rq_pull(qp, &idx))
-		kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR, 0, 0, 0);
+	rq_flush_ring_locked(qp);
 	qp->rx_buf_valid = false;
 }
 
-/* Pull newly posted SQ WRs into the shadow. Caller holds qp->lock. */
+/*
+ * Pull newly posted SQ WRs into the shadow: returns how many, or -EINVAL if
+ * the producer index is not one a valid producer could have written (then
+ * nothing is pulled). Caller holds qp->lock.
+ */
 static int sq_pull_locked(struct kw_qp *qp)
 {
 	/* Pairs with the store-release of prod in kw_post_send(). */
 	u32 prod = smp_load_acquire(qp->sq.prod);
-	bool any = false;
+	s64 n = ring_new_entries(prod, qp->sq_pulled, qp->sq_compl,
+				 qp->sq.entries);
+	u32 i;
 
-	if (prod - qp->sq_compl > qp->sq.entries)
+	lockdep_assert_held(&qp->lock);
+	if (n < 0)
 		return -EINVAL;	/* never trust a user index */
-	while (qp->sq_pulled != prod) {
+	/* n <= sq.entries: the loop is bounded by the ring size */
+	for (i = 0; i < n; i++) {
 		u32 slot = qp->sq_pulled & (qp->sq.entries - 1);
 		struct kw_wr *wr = &qp->sq_wr[slot];
 
@@ -385,9 +427,8 @@ static int sq_pull_locked(struct kw_qp *qp)
 			wr->done = true;
 		}
 		qp->sq_pulled++;
-		any = true;
 	}
-	return any;
+	return n;
 }
 
 /* To ERROR, flushing everything (also what is still in the SQ ring). */
@@ -468,30 +509,33 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 	kw_qp_kick_tx(qp);
 }
 
+/* err_work: the QP goes to ERROR and its stream is closed. */
 static void qp_error_now(struct kw_qp *qp)
 {
 	bool term;
 
 	spin_lock_bh(&qp->lock);
 	term = qp->term_pending;
+	if (!term)
+		to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	if (term) {
 		/* tx_work sends the Terminate first and requeues us */
 		kw_qp_kick_tx(qp);
 		return;
 	}
-	spin_lock_bh(&qp->lock);
-	to_error_locked(qp);
-	spin_unlock_bh(&qp->lock);
-	if (qp->sock)
-		kernel_sock_shutdown(qp->sock, SHUT_RDWR);
+	mutex_lock(&qp->tx_mutex);	/* keeps qp->sock (see qp.h) */
+	kw_cm_shutdown(qp);
+	mutex_unlock(&qp->tx_mutex);
 }
 
 static void err_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, err_work);
 
-	qp_error_now(qp);
+	/* queued after teardown cancelled us: nothing left to do */
+	if (!READ_ONCE(qp->dying))
+		qp_error_now(qp);
 	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
 }
 
@@ -538,7 +582,7 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	    arg->max_sge > KIWARP_MAX_SGE)
 		return -EINVAL;
 
-	qp = kzalloc(sizeof(*qp), GFP_KERNEL);
+	qp = kzalloc(sizeof(*qp), GFP_KERNEL_ACCOUNT);
 	if (!qp)
 		return -ENOMEM;
 	kref_init(&qp->ref);
@@ -552,25 +596,20 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	qp->sig_all = arg->flags & KIWARP_QP_SIGNAL_ALL;
 	qp->max_sge = arg->max_sge ? arg->max_sge : 1;
 
-	ret = ring_alloc(&qp->sq, arg->sq_entries);
+	/* Ring memory is charged to RLIMIT_MEMLOCK and the memcg (umem.c). */
+	ret = ring_alloc(&qp->sq, ctx->mm, arg->sq_entries);
 	if (ret)
 		goto err_free;
-	ret = ring_alloc(&qp->rq, arg->rq_entries);
+	ret = ring_alloc(&qp->rq, ctx->mm, arg->rq_entries);
 	if (ret)
 		goto err_free;
-	/* Ring memory is locked into the kernel: charge it like an MR. */
-	ret = kw_account_pinned(ctx->mm, (qp->sq.mem_size + qp->rq.mem_size) >>
-					 PAGE_SHIFT);
-	if (ret)
-		goto err_free;
-	qp->ring_pages = (qp->sq.mem_size + qp->rq.mem_size) >> PAGE_SHIFT;
-	qp->mm = ctx->mm;
-	mmgrab(qp->mm);
 	ret = -ENOMEM;
-	qp->sq_wr = kvcalloc(qp->sq.entries, sizeof(*qp->sq_wr), GFP_KERNEL);
-	qp->rq_wr = kvcalloc(qp->rq.entries, sizeof(*qp->rq_wr), GFP_KERNEL);
-	qp->orq = kcalloc(KW_MAX_ORD, sizeof(*qp->orq), GFP_KERNEL);
-	qp->irq = kcalloc(KW_MAX_IRD, sizeof(*qp->irq), GFP_KERNEL);
+	qp->sq_wr = kvcalloc(qp->sq.entries, sizeof(*qp->sq_wr),
+			     GFP_KERNEL_ACCOUNT);
+	qp->rq_wr = kvcalloc(qp->rq.entries, sizeof(*qp->rq_wr),
+			     GFP_KERNEL_ACCOUNT);
+	qp->orq = kcalloc(KW_MAX_ORD, sizeof(*qp->orq), GFP_KERNEL_ACCOUNT);
+	qp->irq = kcalloc(KW_MAX_IRD, sizeof(*qp->irq), GFP_KERNEL_ACCOUNT);
 	if (!qp->sq_wr || !qp->rq_wr || !qp->orq || !qp->irq)
 		goto err_free;
 	qp->orq_size = KW_MAX_ORD;
@@ -583,12 +622,16 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	rcq = kw_cq_lookup(ctx, arg->recv_cq);
 	if (!pd || !scq || !rcq)
 		goto err_unlock;
-	ret = xa_alloc(&ctx->qps, &id, qp, XA_LIMIT(1, KW_MAX_QP), GFP_KERNEL);
+	ret = xa_alloc(&ctx->qps, &id, qp, XA_LIMIT(1, KW_MAX_QP),
+		       GFP_KERNEL_ACCOUNT);
 	if (ret)
 		goto err_unlock;
 	qp->handle = id;
 	qp->pd = pd;
 	qp->pd_id = pd->id;
+	/* the QP's references: its CQs are never freed under it */
+	kw_cq_get(scq);
+	kw_cq_get(rcq);
 	qp->scq = scq;
 	qp->rcq = rcq;
 	pd->users++;
@@ -608,12 +651,28 @@ err_free:
 	return ret;
 }
 
+/*
+ * Destroy a QP the caller has removed from ctx->qps. Other threads may
+ * still hold references (a doorbell or CM ioctl in progress, a queued work
+ * item): from the moment dying is set under qp->lock none of them starts
+ * anything new, and after the flush below the QP posts nothing more to its
+ * CQs (cq_detached), so the CQs can be destroyed as soon as we return.
+ */
 static void qp_teardown(struct kw_qp *qp)
 {
 	struct kw_ctx *ctx = qp->ctx;
 
-	mutex_lock(&qp->cm_lock);
+	spin_lock_bh(&qp->lock);
 	WRITE_ONCE(qp->dying, true);
+	spin_unlock_bh(&qp->lock);
+
+	/* A CONNECT/ACCEPT blocked in the MPA exchange holds cm_lock: wake
+	 * it (its socket calls fail), so that we never wait on the peer. */
+	mutex_lock(&qp->tx_mutex);
+	kw_cm_abort_setup(qp);
+	mutex_unlock(&qp->tx_mutex);
+
+	mutex_lock(&qp->cm_lock);
 	/* No receive callback runs after this returns. */
 	kw_cm_uninstall(qp);
 	if (cancel_work_sync(&qp->tx_work))
@@ -630,6 +689,7 @@ static void qp_teardown(struct kw_qp *qp)
 	qp->state = KIWARP_QPS_ERROR;
 	sq_pull_locked(qp);
 	flush_locked(qp);
+	qp->cq_detached = true;
 	spin_unlock_bh(&qp->lock);
 	kw_rx_release(qp);
 	kw_tx_release(qp);
@@ -679,22 +739,24 @@ int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 		return -EINVAL;
 
 	spin_lock_bh(&qp->lock);
+	if (qp->dying) {
+		/* lost a race with DESTROY_QP: the handle is gone */
+		spin_unlock_bh(&qp->lock);
+		ret = -EINVAL;
+		goto out;
+	}
 	ret = sq_pull_locked(qp);
 	if (ret < 0) {
+		to_error_locked(qp);
 		spin_unlock_bh(&qp->lock);
-		kw_qp_set_error(qp);
+		kw_qp_queue(qp, &qp->err_work);
 		goto out;
 	}
 	kick = ret > 0;
 	ret = 0;
 	if (qp->state == KIWARP_QPS_ERROR) {
-		u32 idx;
-
 		/* Posted to a dead QP: flush at once. */
 		flush_locked(qp);
-		while (kw_qp_rq_pull(qp, &idx))
-			kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR,
-					  0, 0, 0);
 		kick = false;
 	} else {
 		/* WRs that failed validation complete (in order) now. */
@@ -768,20 +830,11 @@ int kw_qp_mmap(struct kw_ctx *ctx, u32 handle, enum kw_mmap_kind kind,
 	       struct vm_area_struct *vma)
 {
 	struct kw_qp *qp = kw_qp_get(ctx, handle);
-	struct kw_ring *r;
 	int ret;
 
 	if (!qp)
 		return -EINVAL;
-	r = kind == KW_MMAP_SQ ? &qp->sq : &qp->rq;
-	ret = -EINVAL;
-	if (vma->vm_end - vma->vm_start != r->mem_size ||
-	    !(vma->vm_flags & VM_SHARED))
-		goto out;
-	vma->vm_flags &= ~VM_MAYEXEC;
-	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
-	ret = remap_vmalloc_range(vma, r->mem, 0);
-out:
+	ret = kw_umem_mmap(kind == KW_MMAP_SQ ? qp->sq.umem : qp->rq.umem, vma);
 	kw_qp_put(qp);
 	return ret;
 }
@@ -795,4 +848,5 @@ int kw_qp_init(void)
 void kw_qp_exit(void)
 {
 	destroy_workqueue(kw_wq);
+	kw_cm_exit();
 }

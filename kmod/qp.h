@@ -22,6 +22,19 @@
  *     transmits inline when it can take it without waiting, and teardown
  *     takes it to release the socket.
  *   sk->sk_callback_lock protects sk_user_data and the saved callbacks.
+ *
+ * Sockets: qp->sock is set (take_sock) and cleared (kw_cm_release_sock)
+ * with both cm_lock and tx_mutex held, so either lock keeps it. While the
+ * QP owns a socket, sock->ops points to kiwarp's table (cm.c): the old
+ * owner's fd can no longer read, write, connect, listen, shut down or set
+ * options; kiwarp itself calls the saved qp->sock_ops.
+ *
+ * Lifetime: a QP is referenced by ctx->qps (dropped by destroy), by each
+ * queued work item and by each ioctl using it. Destroy (qp_teardown) sets
+ * dying under qp->lock: from then on no work item, doorbell or CM call
+ * starts anything; it uninstalls the callbacks, cancels the work, releases
+ * the socket, flushes and detaches the CQs (cq_detached). The QP holds
+ * references on its CQs, dropped when it is freed.
  */
 #ifndef KW_QP_H
 #define KW_QP_H
@@ -34,7 +47,7 @@
 
 /* A ring shared with user space: a vmalloc_user region. */
 struct kw_ring {
-	void *mem;
+	struct kw_umem *umem;	/* header page + entries (umem.c) */
 	size_t mem_size;
 	u32 entries;		/* power of two */
 	u32 *prod;		/* user-written */
@@ -79,19 +92,22 @@ struct kw_qp {
 	struct kw_pd *pd;
 	struct kw_cq *scq, *rcq;
 	u32 pd_id;
-	struct mm_struct *mm;	/* mmgrab'ed: ring memory is charged to it */
-	unsigned long ring_pages;	/* charged to RLIMIT_MEMLOCK */
 	bool sig_all;
 	u32 max_sge;
 
 	spinlock_t lock;	/* see the comment at the top of this file */
 	int state;		/* KIWARP_QPS_* */
+	bool dying;		/* destroy started: nothing new starts */
+	bool cq_detached;	/* destroyed and flushed: post no more CQEs */
 	struct kiwarp_term_info term_sent, term_rcvd;
 
 	/* connection */
 	struct mutex cm_lock;	/* serializes connect/accept/reply/destroy */
-	struct socket *sock;
+	bool cm_busy;		/* ACCEPT waits for a connection (cm_lock) */
+	struct socket *sock;	/* see "Sockets" above */
 	struct file *sock_file;	/* non-NULL if the socket came from a user fd */
+	const struct proto_ops *sock_ops;	/* its own ops (we swapped them) */
+	kuid_t sock_uid;	/* charged for a socket we created */
 	void (*saved_data_ready)(struct sock *sk);
 	void (*saved_write_space)(struct sock *sk);
 	void (*saved_state_change)(struct sock *sk);
@@ -133,6 +149,7 @@ struct kw_qp {
 	struct kw_rx_buf rx_buf;	/* view of rq_wr[rx_rq_idx] */
 	struct kw_mr *rx_buf_mr[KIWARP_MAX_SGE];	/* our refs on its MRs */
 	bool rx_buf_valid;
+	bool rx_revoked;		/* a placement was refused (rx_place) */
 	u32 rx_rq_idx;
 	u32 rx_buf_msn;
 
@@ -151,11 +168,11 @@ struct kw_qp {
 	struct kw_mr *tx_mr[KIWARP_MAX_SGE];	/* our refs while sending */
 	u32 tx_nsge;
 	u8 tx_inline[KW_READ_REQ_LEN];
+	u8 *tx_bounce;		/* mulpdu bytes: Read Response payload */
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */
 	u8 term_buf[KW_TERM_MAX_LEN];
 	u32 term_len;
-	bool dying;		/* destroy started: do not requeue tx_work */
 	struct work_struct err_work;	/* flush in process context */
 
 	/* statistics */
@@ -187,9 +204,15 @@ void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 		       u8 flags, u32 inv_stag);
 
 /* cm.c */
+struct kw_qp *kw_sk_qp(struct sock *sk);	/* sk_callback_lock held */
 void kw_cm_install(struct kw_qp *qp);
 void kw_cm_uninstall(struct kw_qp *qp);
-void kw_cm_release_sock(struct kw_qp *qp);
+void kw_cm_release_sock(struct kw_qp *qp);	/* cm_lock + tx_mutex held */
+void kw_cm_shutdown(struct kw_qp *qp);		/* tx_mutex held */
+void kw_cm_abort_setup(struct kw_qp *qp);	/* tx_mutex held */
+int kw_sendmsg(struct kw_qp *qp, struct msghdr *msg, struct kvec *vec,
+	       size_t num, size_t len);	/* tx_mutex or cm_lock held */
+void kw_cm_exit(void);
 
 /* rx.c */
 void kw_rx_data_ready(struct sock *sk);

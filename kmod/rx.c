@@ -133,18 +133,38 @@ none:
 	return -ENOENT;
 }
 
+/*
+ * Copy payload into its destination. Placement and flush/revocation are
+ * ordered: under qp->lock, nothing is placed once the QP left RTS/CLOSING
+ * (a flush completed the WR whose buffer this is, and user space may see
+ * it) or once the receive buffer was abandoned; and each copy is an MR
+ * access that fails after invalidation or deregistration (mem.c). A
+ * refused placement fails the QP at the end of the segment.
+ */
 static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 		     u32 len)
 {
 	struct kw_qp *qp = ctx;
+	bool tagged = cookie == &qp->rx_mr;
+	struct kw_mr *mr = tagged ? qp->rx_mr : cookie;
 
+	spin_lock_bh(&qp->lock);
+	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
+	    (!tagged && !qp->rx_buf_valid)) {
+		spin_unlock_bh(&qp->lock);
+		return;		/* the receive path stops at the next input */
+	}
+	if (!kw_mr_access_begin(mr)) {
+		qp->rx_revoked = true;
+		spin_unlock_bh(&qp->lock);
+		return;
+	}
 	/* Tagged placement goes through the narrowed view (see
 	 * rx_lookup_stag); untagged SGE views carry the MR itself. */
-	if (cookie == &qp->rx_mr)
-		kw_mr_copy_to(qp->rx_mr, off + qp->rx_delta, src, len);
-	else
-		kw_mr_copy_to(cookie, off, src, len);
+	kw_mr_copy_to(mr, tagged ? off + qp->rx_delta : off, src, len);
+	kw_mr_access_end(mr);
 	qp->rx_bytes += len;
+	spin_unlock_bh(&qp->lock);
 }
 
 static void term(struct kw_term *t, u8 layer, u8 etype, u8 ecode)
@@ -321,6 +341,18 @@ static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
 {
 	struct kw_qp *qp = ctx;
 
+	if (qp->rx_revoked) {
+		/* The buffer was invalidated or deregistered under us. */
+		rx_mr_release(qp);
+		if (h->tagged)
+			term(t, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			     KW_TERM_DDP_T_INV_STAG);
+		else
+			term(t, KW_TERM_LAYER_RDMAP,
+			     KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+			     KW_TERM_RDMAP_UNSPECIFIED);
+		return -EPROTO;
+	}
 	switch (h->opcode) {
 	case KW_OP_WRITE:
 		rx_mr_release(qp);
@@ -401,8 +433,8 @@ void kw_rx_data_ready(struct sock *sk)
 	struct kw_qp *qp;
 
 	read_lock_bh(&sk->sk_callback_lock);
-	qp = sk->sk_user_data;
-	if (qp && qp->cb_installed)
+	qp = kw_sk_qp(sk);
+	if (qp)
 		kw_rx_drain(qp, sk);
 	read_unlock_bh(&sk->sk_callback_lock);
 }

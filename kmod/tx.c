@@ -82,6 +82,39 @@ static u32 tx_crc_payload(struct kw_qp *qp, u32 crc, u32 off, u32 len)
 	return crc;
 }
 
+/*
+ * A Read Response answers the peer from memory the application may revoke
+ * at any time (deregistration, invalidation). Its payload is therefore not
+ * handed to TCP by page reference, which would send whatever the pages
+ * hold when TCP gets to them, but copied, one FPDU at a time, into
+ * tx_bounce under an MR access (mem.c): once DEREG_MR has returned no
+ * further byte of the MR goes out. Returns -EACCES if the MR was revoked.
+ */
+static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
+{
+	struct kw_mr *mr = qp->tx_mr[0];
+	u64 mr_off;
+	u32 sge, left;
+
+	if (!f->payload_len)
+		return 0;
+	if (WARN_ON_ONCE(qp->tx_nsge != 1 || !qp->tx_bounce ||
+			 f->payload_len > qp->mulpdu ||
+			 !tx_locate(qp, f->payload_off, &sge, &mr_off, &left) ||
+			 left < f->payload_len))
+		return -EIO;
+	if (!kw_mr_access_begin(mr))
+		return -EACCES;
+	kw_mr_copy_from(mr, mr_off, qp->tx_bounce, f->payload_len);
+	kw_mr_access_end(mr);
+	return 0;
+}
+
+static bool tx_bounced(const struct kw_qp *qp)
+{
+	return qp->tx_kind == KW_TXK_READ_RESP;
+}
+
 /* Cut the next FPDU of tx_msg and seal its CRC. */
 static int tx_next_fpdu(struct kw_qp *qp)
 {
@@ -91,11 +124,21 @@ static int tx_next_fpdu(struct kw_qp *qp)
 	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
 	if (ret)
 		return ret;
+	if (tx_bounced(qp)) {
+		ret = tx_bounce_payload(qp, f);
+		if (ret)
+			return ret;
+	}
 	if (qp->tx_msg.crc) {
 		u32 crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr,
 					    f->hdr_len);
 
-		crc = tx_crc_payload(qp, crc, f->payload_off, f->payload_len);
+		if (tx_bounced(qp))
+			crc = kw_mpa_crc_update(crc, qp->tx_bounce,
+						f->payload_len);
+		else
+			crc = tx_crc_payload(qp, crc, f->payload_off,
+					     f->payload_len);
 		kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
 	} else {
 		kw_tx_fpdu_seal(&qp->tx_msg, f, 0);
@@ -111,7 +154,7 @@ static int tx_kvec(struct kw_qp *qp, const u8 *p, u32 len, bool more)
 		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0),
 	};
 
-	return kernel_sendmsg(qp->sock, &msg, &iov, 1, len);
+	return kw_sendmsg(qp, &msg, &iov, 1, len);
 }
 
 /* Push the current FPDU; returns 0 when all of it is in TCP. */
@@ -129,6 +172,13 @@ static int tx_push_fpdu(struct kw_qp *qp)
 		if (sent < f->hdr_len) {
 			ret = tx_kvec(qp, f->hdr + sent, f->hdr_len - sent,
 				      !msg_end || f->hdr_len < total);
+		} else if (sent < f->hdr_len + f->payload_len &&
+			   tx_bounced(qp)) {
+			u32 off = sent - f->hdr_len;
+
+			ret = tx_kvec(qp, qp->tx_bounce + off,
+				      f->payload_len - off,
+				      !msg_end || f->trailer_len);
 		} else if (sent < f->hdr_len + f->payload_len) {
 			u32 off = sent - f->hdr_len, sge, left, n;
 			unsigned int pg_off, avail;
@@ -144,7 +194,8 @@ static int tx_push_fpdu(struct kw_qp *qp)
 			n = min3(f->payload_len - off, left, avail);
 			if (!msg_end || sent + n < total)
 				flags |= MSG_MORE | MSG_SENDPAGE_NOTLAST;
-			ret = kernel_sendpage(qp->sock, page, pg_off, n, flags);
+			ret = qp->sock_ops->sendpage(qp->sock, page, pg_off, n,
+						     flags);
 		} else {
 			u32 off = sent - f->hdr_len - f->payload_len;
 
@@ -374,6 +425,8 @@ static void tx_run(struct kw_qp *qp)
 {
 	int ret;
 
+	lockdep_assert_held(&qp->tx_mutex);
+again:
 	while (!READ_ONCE(qp->dying) && qp->sock) {
 		if (!qp->tx_active) {
 			bool go;
@@ -420,6 +473,22 @@ static void tx_run(struct kw_qp *qp)
 	return;
 
 fail:
+	if (ret == -EACCES) {
+		/* RFC 5040 section 7.2: the Read's source was revoked. */
+		static const struct kw_term revoked = {
+			.layer = KW_TERM_LAYER_RDMAP,
+			.etype = KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			.ecode = KW_TERM_RDMAP_INV_STAG,
+		};
+
+		spin_lock_bh(&qp->lock);
+		qp->tx_active = false;
+		spin_unlock_bh(&qp->lock);
+		tx_drop_refs(qp);
+		/* Only the Terminate can be picked now (TERMINATE state). */
+		kw_qp_fail(qp, &revoked, NULL, 0);
+		goto again;
+	}
 	pr_debug("kiwarp: qp %u: transmit failed: %d\n", qp->handle, ret);
 	spin_lock_bh(&qp->lock);
 	qp->tx_active = false;

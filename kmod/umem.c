@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kernel memory shared with user space: the CQ, SQ and RQ rings.
+ *
+ * A ring is a set of zeroed pages allocated with __GFP_ACCOUNT (charged to
+ * the memory cgroup of the task that creates the ring), mapped contiguously
+ * into the kernel with vmap() and into user space with vm_map_pages_zero().
+ * It is charged to RLIMIT_MEMLOCK (pinned_vm of the opener's mm) from
+ * allocation until the pages are freed.
+ *
+ * Lifetime: the owning object (CQ or QP) holds one reference, every VMA
+ * that maps the ring holds one (vm_ops open/close; a split, a move or a
+ * fork adds one through open). Destroying the object while user space
+ * still maps its ring therefore keeps the pages, and their charge, until
+ * the last munmap. The last put runs in process context (vunmap sleeps).
+ */
+#include <linux/mm.h>
+#include <linux/sched/mm.h>
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+
+#include "kiwarp.h"
+
+struct kw_umem {
+	refcount_t ref;
+	void *vaddr;		/* vmap() of pages */
+	struct page **pages;
+	unsigned long npages;
+	struct mm_struct *mm;	/* mmgrab'ed; npages charged to pinned_vm */
+};
+
+static void umem_free_pages(struct page **pages, unsigned long n)
+{
+	while (n--)
+		__free_page(pages[n]);
+	kvfree(pages);
+}
+
+struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
+{
+	unsigned long i, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
+	struct kw_umem *u;
+	int ret;
+
+	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
+	if (!u)
+		return ERR_PTR(-ENOMEM);
+	ret = kw_account_pinned(mm, npages);
+	if (ret)
+		goto err_free;
+	ret = -ENOMEM;
+	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL_ACCOUNT);
+	if (!u->pages)
+		goto err_unaccount;
+	for (i = 0; i < npages; i++) {
+		u->pages[i] = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+		if (!u->pages[i])
+			goto err_pages;
+	}
+	u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
+	if (!u->vaddr)
+		goto err_pages;
+	u->npages = npages;
+	u->mm = mm;
+	mmgrab(mm);
+	refcount_set(&u->ref, 1);
+	*vaddr = u->vaddr;
+	return u;
+
+err_pages:
+	umem_free_pages(u->pages, i);
+err_unaccount:
+	kw_unaccount_pinned(mm, npages);
+err_free:
+	kfree(u);
+	return ERR_PTR(ret);
+}
+
+void kw_umem_put(struct kw_umem *u)
+{
+	might_sleep();
+	if (!u || !refcount_dec_and_test(&u->ref))
+		return;
+	vunmap(u->vaddr);
+	umem_free_pages(u->pages, u->npages);
+	kw_unaccount_pinned(u->mm, u->npages);
+	mmdrop(u->mm);
+	kfree(u);
+}
+
+static void umem_vm_open(struct vm_area_struct *vma)
+{
+	struct kw_umem *u = vma->vm_private_data;
+
+	refcount_inc(&u->ref);
+}
+
+static void umem_vm_close(struct vm_area_struct *vma)
+{
+	kw_umem_put(vma->vm_private_data);
+}
+
+static const struct vm_operations_struct umem_vm_ops = {
+	.open = umem_vm_open,
+	.close = umem_vm_close,
+};
+
+/*
+ * Map all of u into vma: shared, never executable, never grown, not in
+ * core dumps. The VMA must cover exactly the ring.
+ */
+int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma)
+{
+	int ret;
+
+	if (vma_pages(vma) != u->npages)
+		return -EINVAL;
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (vma->vm_flags & VM_EXEC)
+		return -EPERM;
+	vma->vm_flags &= ~VM_MAYEXEC;
+	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	ret = vm_map_pages_zero(vma, u->pages, u->npages);
+	if (ret)
+		return ret;
+	vma->vm_private_data = u;
+	vma->vm_ops = &umem_vm_ops;
+	refcount_inc(&u->ref);	/* the mapping's, dropped by close */
+	return 0;
+}
