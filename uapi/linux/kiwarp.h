@@ -25,7 +25,10 @@
  * KIWARP_IOC_DEALLOC_PD    Free a PD. -EBUSY while MRs or QPs use it.
  * KIWARP_IOC_REG_MR        Pin [addr, addr+length) of the caller's memory
  *                          (charged to RLIMIT_MEMLOCK unless CAP_IPC_LOCK) and
- *                          return an STag. The STag is both the local key
+ *                          return an STag. With KIWARP_ACCESS_LOCAL_WRITE,
+ *                          shared file mappings of a file system that
+ *                          writes back fail with -EOPNOTSUPP (anonymous
+ *                          memory, memfd/shmem and tmpfs are fine). The STag is both the local key
  *                          (lkey, used in scatter/gather entries) and the
  *                          remote key (advertised to the peer). Its value is
  *                          unpredictable. Tagged offsets are virtual addresses
@@ -33,9 +36,21 @@
  *                          KIWARP_ACCESS_*. Remote write requires local write.
  * KIWARP_IOC_DEREG_MR      Invalidate and unpin. -EBUSY while a work request
  *                          in flight still references it (retry after its
- *                          completion).
+ *                          completion). Deregistration revokes remote access
+ *                          at once (RFC 5042): when it returns, no byte of
+ *                          the region is read or written any more, also not
+ *                          for RDMA Reads the peer already queued (those
+ *                          end with a Terminate, invalid STag).
+ *                          Local Invalidate and Send with Invalidate revoke
+ *                          too, but do not wait for a copy already running
+ *                          on another CPU (at most one FPDU).
  * KIWARP_IOC_CREATE_CQ     Create a completion queue ring of at least
  *                          `entries` CQEs; returns its mmap geometry.
+ *                          Ring memory (CQ, SQ, RQ) is charged to the
+ *                          opener's RLIMIT_MEMLOCK and the creator's memory
+ *                          cgroup until it is freed: a ring still mapped
+ *                          after its CQ/QP was destroyed stays charged until
+ *                          munmap. -ENOMEM past the limit.
  * KIWARP_IOC_DESTROY_CQ    -EBUSY while a QP uses it.
  * KIWARP_IOC_ARM_CQ        Request a wakeup (POLLIN on the context fd) at the
  *                          next completion (or next solicited one).
@@ -61,13 +76,15 @@
  * KIWARP_IOC_ACCEPT_REPLY  MPA responder, step 2: accept (send the Reply with
  *                          private data, QP to RTS) or reject (Reply with the
  *                          Reject flag, close, QP to ERROR).
- * KIWARP_IOC_LISTEN        Kernel listening TCP socket on `addr`.
+ * KIWARP_IOC_LISTEN        Kernel listening TCP socket on `addr`, in the
+ *                          caller's network namespace (see SOCKETS).
  * KIWARP_IOC_DESTROY_LISTEN
  * KIWARP_IOC_QP_DOORBELL   Consume newly produced send (and receive) ring
  *                          entries. The kernel never trusts a ring index
  *                          written by user space: it keeps its own copy and
- *                          fails the QP (to ERROR) if the producer index
- *                          claims more entries than the ring holds.
+ *                          fails the QP (to ERROR, -EINVAL) if the producer
+ *                          index moved backwards or claims more entries than
+ *                          the ring holds.
  * KIWARP_IOC_QUERY_QP      QP state, negotiated parameters, the last
  *                          Terminate sent and received (layer/type/code).
  * KIWARP_IOC_MODIFY_QP     Move the QP to ERROR (flush) or start an orderly
@@ -76,10 +93,21 @@
  * SOCKETS
  *
  * CONNECT/ACCEPT with a socket fd take a reference on the socket: the fd
- * may be closed afterwards, but it must not be used for I/O any more (the
- * bytes belong to the iWARP stream). The socket must be a connected TCP
- * socket (-ENOTSOCK, -EINVAL, -ENOTCONN otherwise) not claimed by another
- * QP (-EBUSY). With MPA revision 2 the 4-byte IRD/ORD field travels inside
+ * may be closed afterwards. While the QP owns the socket, the bytes belong
+ * to the iWARP stream: on the fd, read/write/send/recv, sendfile/splice,
+ * connect, listen, shutdown, setsockopt and the zerocopy getsockopt fail
+ * with -EBUSY (poll, getsockopt, getpeername still work). DESTROY_QP gives
+ * the socket back, shut down. The socket must be a connected TCP socket
+ * (-ENOTSOCK, -EINVAL, -ENOTCONN otherwise) not claimed by another QP or
+ * kernel user and without a ULP such as kTLS (-EBUSY).
+ *
+ * Sockets kiwarp creates (CONNECT by address, LISTEN, what a listener
+ * accepts) are the caller's: they live in its network namespace (and keep
+ * it alive), are charged to its memory cgroup, pass its cgroup-BPF socket
+ * programs and LSM socket creation checks, and count against its
+ * RLIMIT_NOFILE per user (-EMFILE), though they use no descriptor.
+ * CONNECT and ACCEPT wait for the TCP connection interruptibly; a
+ * DESTROY_QP meanwhile makes them fail with -EINVAL once they wake. With MPA revision 2 the 4-byte IRD/ORD field travels inside
  * the private data, so at most 508 bytes of ULP private data fit
  * (-EMSGSIZE). On -ECONNREFUSED the structure is still copied back:
  * peer_private_data_len and the peer's private data are valid.
@@ -105,8 +133,10 @@
  *    requests outstanding, and a slot is free once its CQE is visible.
  *    mmap offsets exceed 32 bits: 32-bit programs need a 64-bit off_t.
  *  - CQ: the kernel produces struct kiwarp_cqe entries and stores prod with
- *    release semantics; user space stores cons. A CQ overrun moves every QP
- *    bound to the CQ to ERROR.
+ *    release semantics; user space stores cons. A CQ that overran stays in
+ *    error: the QP whose completion did not fit goes to ERROR at once, and
+ *    every other QP bound to the CQ at its next completion.
+ * Rings are mapped shared, never executable (PROT_EXEC: -EPERM).
  */
 #ifndef _UAPI_LINUX_KIWARP_H
 #define _UAPI_LINUX_KIWARP_H
