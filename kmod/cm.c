@@ -682,18 +682,19 @@ static int recv_mpa_frame(struct kw_qp *qp, bool reply,
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		     kuid_t uid)
 {
-	const struct proto_ops *owned = NULL;
+	const struct proto_ops *orig = sock->ops, *owned = NULL;
 	struct sock *sk = sock->sk;
 	int ret = 0;
 
 	lockdep_assert_held(&qp->cm_lock);
 	lock_sock(sk);
-	if (owned_orig(sock) != sock->ops) {
+	orig = sock->ops;
+	if (owned_orig(sock) != orig) {
 		ret = -EBUSY;	/* another QP owns it */
 		goto out;
 	}
 	if (file) {
-		owned = owned_ops_for(sock->ops);
+		owned = owned_ops_for(orig);
 		if (!owned) {
 			ret = -EINVAL;
 			goto out;
@@ -707,19 +708,20 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		__rcu_assign_sk_user_data_with_flags(sk, qp,
 						     SK_USER_DATA_NOCOPY);
 	write_unlock_bh(&sk->sk_callback_lock);
-	if (!ret) {
-		mutex_lock(&qp->tx_mutex);	/* qp->sock: see qp.h */
-		qp->sock = sock;
-		qp->sock_file = file;
-		qp->sock_uid = uid;
-		qp->sock_ops = sock->ops;
-		mutex_unlock(&qp->tx_mutex);
-		if (owned)
-			WRITE_ONCE(sock->ops, owned);
-	}
+	if (!ret && owned)
+		WRITE_ONCE(sock->ops, owned);
 out:
 	release_sock(sk);
-	return ret;
+	if (ret)
+		return ret;
+	/* qp->sock: see qp.h (order: tx_mutex before the socket lock) */
+	mutex_lock(&qp->tx_mutex);
+	qp->sock = sock;
+	qp->sock_file = file;
+	qp->sock_uid = uid;
+	qp->sock_ops = orig;
+	mutex_unlock(&qp->tx_mutex);
+	return 0;
 }
 
 static void set_timeouts(struct socket *sock, u32 ms)

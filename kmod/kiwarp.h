@@ -162,9 +162,9 @@ static inline void kw_mr_put_array(struct kw_mr **mrs, unsigned int n)
 }
 /*
  * Bracket one bounded access to mr's memory on the peer's behalf (placement,
- * Read Response payload): begin fails once mr is invalidated or
- * deregistered, and deregistration waits for the accesses in progress.
- * Any context.
+ * Read Response payload), with bottom halves disabled: begin fails once mr
+ * is invalidated or deregistered, and revocation waits for the accesses in
+ * progress.
  */
 bool kw_mr_access_begin(struct kw_mr *mr);
 void kw_mr_access_end(struct kw_mr *mr);
@@ -178,8 +178,9 @@ void kw_mr_copy_from(struct kw_mr *mr, u64 off, void *dst, size_t len);
 struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 			unsigned int *avail);
 /*
- * Invalidate stag (local LOCAL_INV, or remote Send with Invalidate). Fails
- * with -ENOENT (unknown), -EACCES (other PD), -EINVAL (already invalid).
+ * Invalidate stag (local LOCAL_INV, or remote Send with Invalidate) and wait
+ * for accesses in progress; bottom halves disabled. Fails with -ENOENT
+ * (unknown), -EACCES (other PD), -EINVAL (already invalid).
  */
 int kw_mr_invalidate(u32 stag, u32 pd_id);
 /*

@@ -21,12 +21,12 @@
  * the right to touch them. Every access on behalf of the peer, or into a
  * buffer the peer fills (placement in rx.c, Read Response payload in tx.c),
  * is bracketed by kw_mr_access_begin()/end(), which fails once the MR is
- * invalid. Deregistration clears valid and then waits for the accesses in
- * progress (each one bounded: a copy of at most one FPDU, never across a
- * socket wait), so when DEREG_MR returns nothing reads or writes the
- * memory any more. Invalidation (Local Invalidate, Send with Invalidate)
- * runs in atomic context and does not wait: an access already in progress
- * on another CPU finishes its one FPDU.
+ * invalid. An access is one copy of at most one FPDU with bottom halves
+ * disabled (never preempted, never across a socket wait), so revocation
+ * (deregistration, Local Invalidate, Send with Invalidate) clears valid and
+ * then spins until the accesses in progress on other CPUs are done: when
+ * it returns, nothing reads or writes the memory any more on the peer's
+ * behalf (RFC 5042 section 6.2.2).
  */
 #include <linux/module.h>
 #include <linux/slab.h>
@@ -41,7 +41,6 @@
 #include <linux/capability.h>
 #include <linux/backing-dev.h>
 #include <linux/pagemap.h>
-#include <linux/wait_bit.h>
 
 #include "kiwarp.h"
 
@@ -399,6 +398,7 @@ err_mmdrop:
 
 bool kw_mr_access_begin(struct kw_mr *mr)
 {
+	lockdep_assert_once(in_softirq() || irqs_disabled());
 	atomic_inc(&mr->active);
 	/* Pairs with the xchg() in mr_revoke() and kw_mr_invalidate(). */
 	smp_mb__after_atomic();
@@ -410,16 +410,27 @@ bool kw_mr_access_begin(struct kw_mr *mr)
 
 void kw_mr_access_end(struct kw_mr *mr)
 {
-	if (atomic_dec_and_test(&mr->active))
-		wake_up_var(&mr->active);
+	atomic_dec(&mr->active);
+}
+
+/*
+ * After valid was cleared: wait for the accesses that began before. They
+ * run on other CPUs (ours has bottom halves off or cannot be inside one),
+ * each a bounded copy, so spinning is short.
+ */
+static void mr_wait_idle(struct kw_mr *mr)
+{
+	while (atomic_read(&mr->active))
+		cpu_relax();
 }
 
 /* No access starts after this returns, and none is still running. */
 static void mr_revoke(struct kw_mr *mr)
 {
-	might_sleep();
-	xchg(&mr->valid, false);	/* full barrier */
-	wait_var_event(&mr->active, !atomic_read(&mr->active));
+	xchg(&mr->valid, false);	/* full barrier, pairs with begin */
+	local_bh_disable();
+	mr_wait_idle(mr);
+	local_bh_enable();
 }
 
 /* Unlink mr from both tables and drop the table's reference. */
@@ -567,6 +578,8 @@ int kw_mr_invalidate(u32 stag, u32 pd_id)
 		ret = -EACCES;
 	else if (!xchg(&mr->valid, false))	/* exactly one winner */
 		ret = -EINVAL;
+	else
+		mr_wait_idle(mr);	/* callers run with bottom halves off */
 	kw_mr_put(mr);
 	return ret;
 }

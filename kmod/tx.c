@@ -103,10 +103,15 @@ static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
 			 !tx_locate(qp, f->payload_off, &sge, &mr_off, &left) ||
 			 left < f->payload_len))
 		return -EIO;
-	if (!kw_mr_access_begin(mr))
+	/* an MR access runs with bottom halves off (mem.c) */
+	local_bh_disable();
+	if (!kw_mr_access_begin(mr)) {
+		local_bh_enable();
 		return -EACCES;
+	}
 	kw_mr_copy_from(mr, mr_off, qp->tx_bounce, f->payload_len);
 	kw_mr_access_end(mr);
+	local_bh_enable();
 	return 0;
 }
 

@@ -40,10 +40,9 @@
  *                          at once (RFC 5042): when it returns, no byte of
  *                          the region is read or written any more, also not
  *                          for RDMA Reads the peer already queued (those
- *                          end with a Terminate, invalid STag).
- *                          Local Invalidate and Send with Invalidate revoke
- *                          too, but do not wait for a copy already running
- *                          on another CPU (at most one FPDU).
+ *                          end with a Terminate, invalid STag). A Local
+ *                          Invalidate or a Send with Invalidate revokes the
+ *                          same way before its completion is reported.
  * KIWARP_IOC_CREATE_CQ     Create a completion queue ring of at least
  *                          `entries` CQEs; returns its mmap geometry.
  *                          Ring memory (CQ, SQ, RQ) is charged to the
