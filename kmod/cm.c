@@ -6,6 +6,8 @@
  * calls, then install the socket callbacks that drive rx.c and tx.c.
  */
 #include <linux/file.h>
+#include <linux/module.h>
+#include <linux/capability.h>
 #include <linux/net.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -30,6 +32,26 @@
  * file descriptor, so each one is charged instead to a per-user count
  * limited by the creator's RLIMIT_NOFILE (kw_user_socks).
  */
+/*
+ * A module cannot run the LSM socket_bind/connect/listen hooks or the
+ * caller's seccomp filter on sockets it creates. Hosts whose network policy
+ * relies on those can set kernel_cm=0: then only callers with CAP_NET_ADMIN
+ * in their network namespace may CONNECT by address or LISTEN; everybody
+ * else hands kiwarp sockets they made themselves (which those checks saw).
+ */
+static bool kernel_cm = true;
+module_param(kernel_cm, bool, 0644);
+MODULE_PARM_DESC(kernel_cm,
+		 "let unprivileged users CONNECT by address and LISTEN (default 1)");
+
+static int kernel_cm_allowed(void)
+{
+	if (READ_ONCE(kernel_cm) ||
+	    ns_capable(current->nsproxy->net_ns->user_ns, CAP_NET_ADMIN))
+		return 0;
+	return -EPERM;
+}
+
 static DEFINE_MUTEX(kw_user_socks_lock);
 static DEFINE_XARRAY(kw_user_socks);	/* uid -> xa_mk_value(count) */
 
@@ -795,6 +817,9 @@ static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp,
 	struct socket *sock;
 	int len, ret;
 
+	ret = kernel_cm_allowed();
+	if (ret)
+		return ret;
 	ret = sockaddr_from_uapi(&arg->addr, &ss, &len);
 	if (ret)
 		return ret;
@@ -1085,6 +1110,9 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 
 	if (arg->reserved0 || arg->reserved1 || arg->handle || arg->port)
 		return -EINVAL;
+	ret = kernel_cm_allowed();
+	if (ret)
+		return ret;
 	ret = sockaddr_from_uapi(&arg->addr, &ss, &len);
 	if (ret)
 		return ret;

@@ -105,6 +105,9 @@
  * it alive), are charged to its memory cgroup, pass its cgroup-BPF socket
  * programs and LSM socket creation checks, and count against its
  * RLIMIT_NOFILE per user (-EMFILE), though they use no descriptor.
+ * With the module parameter kernel_cm=0 (for hosts whose network policy
+ * relies on LSM bind/connect/listen hooks or seccomp, which a module cannot
+ * apply), CONNECT by address and LISTEN need CAP_NET_ADMIN (-EPERM).
  * CONNECT and ACCEPT wait for the TCP connection interruptibly; a
  * DESTROY_QP meanwhile makes them fail with -EINVAL once they wake. With MPA revision 2 the 4-byte IRD/ORD field travels inside
  * the private data, so at most 508 bytes of ULP private data fit
