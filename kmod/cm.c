@@ -704,22 +704,33 @@ static int recv_mpa_frame(struct kw_qp *qp, bool reply,
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		     kuid_t uid)
 {
-	const struct proto_ops *orig = sock->ops, *owned = NULL;
+	const struct proto_ops *orig, *owned = NULL;
 	struct sock *sk = sock->sk;
 	int ret = 0;
 
 	lockdep_assert_held(&qp->cm_lock);
+	/*
+	 * qp->sock is set under tx_mutex (see qp.h). Destroy sets dying and
+	 * then takes tx_mutex to shut down a socket in setup: checking dying
+	 * here means it either finds this socket or we find it dying, so an
+	 * MPA exchange never starts on a QP being destroyed.
+	 */
+	mutex_lock(&qp->tx_mutex);
+	if (READ_ONCE(qp->dying)) {
+		ret = -EINVAL;
+		goto out_unlock;
+	}
 	lock_sock(sk);
 	orig = sock->ops;
 	if (owned_orig(sock) != orig) {
 		ret = -EBUSY;	/* another QP owns it */
-		goto out;
+		goto out_release;
 	}
 	if (file) {
 		owned = owned_ops_for(orig);
 		if (!owned) {
 			ret = -EINVAL;
-			goto out;
+			goto out_release;
 		}
 	}
 	write_lock_bh(&sk->sk_callback_lock);
@@ -730,20 +741,19 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		__rcu_assign_sk_user_data_with_flags(sk, qp,
 						     SK_USER_DATA_NOCOPY);
 	write_unlock_bh(&sk->sk_callback_lock);
-	if (!ret && owned)
-		WRITE_ONCE(sock->ops, owned);
-out:
-	release_sock(sk);
 	if (ret)
-		return ret;
-	/* qp->sock: see qp.h (order: tx_mutex before the socket lock) */
-	mutex_lock(&qp->tx_mutex);
+		goto out_release;
+	if (owned)
+		WRITE_ONCE(sock->ops, owned);
 	qp->sock = sock;
 	qp->sock_file = file;
 	qp->sock_uid = uid;
 	qp->sock_ops = orig;
+out_release:
+	release_sock(sk);
+out_unlock:
 	mutex_unlock(&qp->tx_mutex);
-	return 0;
+	return ret;
 }
 
 static void set_timeouts(struct socket *sock, u32 ms)

@@ -746,6 +746,11 @@ int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 		goto out;
 	}
 	ret = sq_pull_locked(qp);
+	/* The RQ index is taken later (receive path), but checked now. */
+	if (ret >= 0 && ring_new_entries(smp_load_acquire(qp->rq.prod),
+					 qp->rq_pulled, qp->rq_compl,
+					 qp->rq.entries) < 0)
+		ret = -EINVAL;
 	if (ret < 0) {
 		to_error_locked(qp);
 		spin_unlock_bh(&qp->lock);
