@@ -1145,8 +1145,10 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 		goto err_sock;
 	ret = xa_alloc(&ctx->listeners, &id, l, XA_LIMIT(1, U16_MAX),
 		       GFP_KERNEL_ACCOUNT);
-	if (ret)
+	if (ret) {
+		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_sock;
+	}
 	l->handle = id;
 	arg->handle = id;
 	arg->port = ss.ss_family == AF_INET ?

@@ -240,19 +240,26 @@ static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 	return !sk || !before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq);
 }
 
+/* A sent WR whose data TCP saw acknowledged is done (delivered). */
+static void wr_check_acked(struct kw_qp *qp, struct kw_wr *wr)
+{
+	if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
+		wr->done = true;
+		wr->await_ack = false;
+	}
+}
+
 /* Complete SQ WRs in order. Caller holds qp->lock. */
 static void sq_complete_locked(struct kw_qp *qp)
 {
 	struct kiwarp_cqe cqe;
 	bool failed = false, signal;
 
+	lockdep_assert_held(&qp->lock);
 	while (qp->sq_compl != qp->sq_pulled) {
 		struct kw_wr *wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
 
-		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
-			wr->done = true;
-			wr->await_ack = false;
-		}
+		wr_check_acked(qp, wr);
 		if (!wr->done)
 			break;
 		cqe = cqe_of(qp, wr, wr->wqe.opcode, 0, 0);
@@ -358,6 +365,7 @@ static void flush_locked(struct kw_qp *qp)
 {
 	u32 i;
 
+	lockdep_assert_held(&qp->lock);
 	/*
 	 * SQ: every WR not yet done, including ones still in the ring. A WR
 	 * whose data TCP already saw acknowledged (the ACK usually arrives
@@ -368,10 +376,7 @@ static void flush_locked(struct kw_qp *qp)
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
 
-		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
-			wr->done = true;
-			wr->await_ack = false;
-		}
+		wr_check_acked(qp, wr);
 		if (!wr->done) {
 			wr->done = true;
 			wr->status = KIWARP_WC_WR_FLUSH_ERR;
@@ -434,6 +439,7 @@ static int sq_pull_locked(struct kw_qp *qp)
 /* To ERROR, flushing everything (also what is still in the SQ ring). */
 static void to_error_locked(struct kw_qp *qp)
 {
+	lockdep_assert_held(&qp->lock);
 	if (qp->state != KIWARP_QPS_ERROR) {
 		qp->state = KIWARP_QPS_ERROR;
 		sq_pull_locked(qp);
@@ -456,10 +462,7 @@ void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
 
-		if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
-			wr->done = true;	/* delivered before the error */
-			wr->await_ack = false;
-		}
+		wr_check_acked(qp, wr);	/* delivered before the error */
 		if (wr->done)
 			continue;
 		wr->done = true;
@@ -624,8 +627,10 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 		goto err_unlock;
 	ret = xa_alloc(&ctx->qps, &id, qp, XA_LIMIT(1, KW_MAX_QP),
 		       GFP_KERNEL_ACCOUNT);
-	if (ret)
+	if (ret) {
+		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_unlock;
+	}
 	qp->handle = id;
 	qp->pd = pd;
 	qp->pd_id = pd->id;

@@ -250,6 +250,7 @@ static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 /* Build a message for send WR wr. Caller holds qp->lock. */
 static bool tx_pick_sq(struct kw_qp *qp)
 {
+	lockdep_assert_held(&qp->lock);
 	while (qp->sq_tx != qp->sq_pulled) {
 		u32 idx = qp->sq_tx;
 		struct kw_wr *wr = &qp->sq_wr[idx & (qp->sq.entries - 1)];
@@ -335,6 +336,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 /* Choose the next message. Caller holds qp->lock. */
 static bool tx_pick(struct kw_qp *qp)
 {
+	lockdep_assert_held(&qp->lock);
 	if (qp->term_pending) {
 		qp->term_pending = false;
 		msg_init(qp, KW_OP_TERMINATE, 0);
