@@ -37,9 +37,9 @@
 
 #include "kiwarp.h"
 
-#define CQ_PROD_OFF	0
-#define CQ_CONS_OFF	64
-#define CQ_RING_OFF	PAGE_SIZE
+#define CQ_PROD_OFF	KW_RING_PROD_OFF
+#define CQ_CONS_OFF	KW_RING_CONS_OFF
+#define CQ_RING_OFF	KW_RING_ENTRIES_OFF
 
 /* cq->armed values */
 #define CQ_DISARMED	0

@@ -195,6 +195,14 @@ void kw_mem_flush(void);
 int kw_mem_init(void);
 void kw_mem_exit(void);
 
+/*
+ * Layout of every ring (CQ, SQ, RQ): the producer and consumer indices on
+ * separate cache lines of the first page, the entries from the second.
+ */
+#define KW_RING_PROD_OFF	0
+#define KW_RING_CONS_OFF	64
+#define KW_RING_ENTRIES_OFF	PAGE_SIZE
+
 /* ---- umem.c */
 struct kw_umem;
 /* Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure. */

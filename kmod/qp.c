@@ -22,7 +22,8 @@ static int ring_alloc(struct kw_ring *r, struct mm_struct *mm, u32 min_entries)
 	void *mem;
 
 	r->entries = n;
-	r->mem_size = PAGE_SIZE + PAGE_ALIGN((size_t)n * sizeof(struct kiwarp_wqe));
+	r->mem_size = KW_RING_ENTRIES_OFF +
+		      PAGE_ALIGN((size_t)n * sizeof(struct kiwarp_wqe));
 	r->umem = kw_umem_alloc(mm, r->mem_size, &mem);
 	if (IS_ERR(r->umem)) {
 		int ret = PTR_ERR(r->umem);
@@ -30,9 +31,9 @@ static int ring_alloc(struct kw_ring *r, struct mm_struct *mm, u32 min_entries)
 		r->umem = NULL;
 		return ret;
 	}
-	r->prod = mem;
-	r->cons = mem + 64;
-	r->wqe = mem + PAGE_SIZE;
+	r->prod = mem + KW_RING_PROD_OFF;
+	r->cons = mem + KW_RING_CONS_OFF;
+	r->wqe = mem + KW_RING_ENTRIES_OFF;
 	return 0;
 }
 
@@ -55,9 +56,9 @@ static void ring_info(const struct kw_ring *r, enum kw_mmap_kind kind,
 		      u32 handle, struct kiwarp_ring_info *info)
 {
 	info->ring_entries = r->entries;
-	info->prod_off = 0;
-	info->cons_off = 64;
-	info->ring_off = PAGE_SIZE;
+	info->prod_off = KW_RING_PROD_OFF;
+	info->cons_off = KW_RING_CONS_OFF;
+	info->ring_off = KW_RING_ENTRIES_OFF;
 	info->mmap_offset = KW_MMAP_OFFSET(kind, handle);
 	info->mmap_size = r->mem_size;
 }
