@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * Seed corpus generator: MPA Request/Reply frames and post-setup FPDU
- * streams from the reference captures, plus encoder-built streams of
- * every message type. Usage: gen_corpus REFDIR OUTDIR/rx OUTDIR/mpa
+ * Seed corpus generator: MPA Request/Reply frames, post-setup FPDU streams
+ * and the Terminate payloads in them, from every capture named, plus
+ * encoder-built streams of every message type and transmit descriptions
+ * for fuzz_tx. Usage: gen_corpus OUTDIR CAPTURE.pcapng...
+ * (writes OUTDIR/seed-rx, seed-mpa, seed-term, seed-tx)
  */
 #include "harness_free.h"
 #include "testlib.h"
@@ -25,7 +27,70 @@ static void put(const char *dir, u8 prefix, const u8 *p, size_t n)
 	fclose(f);
 }
 
-static void from_capture(const char *path, const char *rx, const char *mpa)
+/* Terminate payloads found in a stream, as fuzz_term seeds */
+struct term_scan {
+	const char *dir;
+};
+
+static int ts_lookup(void *ctx, u32 stag, u8 opcode, struct kw_mr_view *mr)
+{
+	static u8 sink[1];
+
+	(void)ctx;
+	(void)opcode;
+	*mr = (struct kw_mr_view){ .cookie = sink, .stag = stag, .pd = 1,
+		.access = 7, .valid = true, .base = 0, .len = ~0ULL >> 1 };
+	return 0;
+}
+
+static int ts_get(void *ctx, u32 msn, const struct kw_rx_buf **buf)
+{
+	static struct kw_rx_buf b;
+	static u8 sink[1];
+
+	(void)ctx;
+	(void)msn;
+	b.num_sge = 1;
+	b.sge[0].mr = (struct kw_mr_view){ .cookie = sink, .stag = 1,
+		.pd = 1, .access = 7, .valid = true, .base = 0,
+		.len = ~0ULL >> 1 };
+	b.sge[0].len = b.total = 1U << 30;
+	*buf = &b;
+	return 0;
+}
+
+static void ts_place(void *ctx, void *cookie, u64 off, const void *src,
+		     u32 len)
+{
+	(void)ctx, (void)cookie, (void)off, (void)src, (void)len;
+}
+
+static int ts_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
+		   u32 placed, struct kw_term *term)
+{
+	struct term_scan *ts = ctx;
+
+	(void)term;
+	if (h->opcode == KW_OP_TERMINATE && payload && placed)
+		put(ts->dir, payload[0], payload + 1, placed - 1);
+	return 0;
+}
+
+static void terms_of(const char *term, const u8 *p, u32 n, bool crc)
+{
+	static const struct kw_rx_ops ops = {
+		.lookup_stag = ts_lookup, .get_rx_buf = ts_get,
+		.place = ts_place, .segment_done = ts_done,
+	};
+	struct term_scan ts = { term };
+	struct kw_rx rx;
+
+	kw_rx_init(&rx, &ops, &ts, crc, 1);
+	kw_rx_input(&rx, p, n);
+}
+
+static void from_capture(const char *path, const char *rx, const char *mpa,
+			 const char *term)
 {
 	static struct pc_capture c;
 	int i;
@@ -52,6 +117,7 @@ static void from_capture(const char *path, const char *rx, const char *mpa)
 		put(mpa, 0x3d, f->data, 20 + pd);
 		start = 20 + pd;
 		crc = fr.crc;
+		terms_of(term, f->data + start, f->len - start, crc);
 		if (f->len - start > 8000)	/* keep seeds small */
 			continue;
 		put(rx, crc | 2, f->data + start, f->len - start);
@@ -61,7 +127,24 @@ static void from_capture(const char *path, const char *rx, const char *mpa)
 	pc_free(&c);
 }
 
-static void synthetic(const char *rx)
+/* fuzz_tx input: crc, then per message opcode, MULPDU, chunk, fields */
+static void tx_seeds(const char *tx)
+{
+	static const u8 seeds[][24] = {
+		{ 0, 3, 0x05, 0xb4, 0, 0, 0, 0, 0, 0x10, 0, 0, 'a', 'b', 'c' },
+		{ 1, 0, 0x00, 0x40, 7, 0x01, 0x00, 0, 0x20, 1, 2, 3, 4, 5 },
+		{ 1, 1, 0x03, 0xe8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0x10 },
+		{ 0, 2, 0x00, 0x64, 0, 0x02, 0x00, 0, 0x80, 9, 9, 9, 9 },
+		{ 1, 7, 0x03, 0xe8, 0, 1, 2, 0x0b, 0x12, 0x34, 0x80, 0, 1 },
+		{ 0, 4, 0x00, 0x30, 0, 0, 0x50, 0xde, 0xad, 0xbe, 0xef, 1 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+		put(tx, seeds[i][0], seeds[i] + 1, sizeof(seeds[i]) - 1);
+}
+
+static void synthetic(const char *rx, const char *term)
 {
 	static u8 s[8192];
 	u8 body[KW_TERM_MAX_LEN];
@@ -88,6 +171,7 @@ static void synthetic(const char *rx)
 		put(rx, crc, s, n);
 		t.has_len = t.has_ddp_hdr = false;
 		n = kw_term_encode(&t, NULL, 0, body);
+		put(term, body[0], body + 1, n - 1);
 		m = (struct kw_tx_msg){ .opcode = KW_OP_TERMINATE, .crc = crc,
 			.mulpdu = 1000, .qn = 2, .msn = 1,
 			.inline_data = body, .inline_len = n };
@@ -103,17 +187,21 @@ static void synthetic(const char *rx)
 
 int main(int argc, char **argv)
 {
-	char path[4096];
+	char rx[4096], mpa[4096], term[4096], tx[4096];
+	int i;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s REFDIR RXDIR MPADIR\n", argv[0]);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s OUTDIR CAPTURE...\n", argv[0]);
 		return 2;
 	}
-	snprintf(path, sizeof(path), "%s/siw-rping-default.pcapng", argv[1]);
-	from_capture(path, argv[2], argv[3]);
-	snprintf(path, sizeof(path), "%s/siw-rping-crc-p2p.pcapng", argv[1]);
-	from_capture(path, argv[2], argv[3]);
-	synthetic(argv[2]);
-	printf("%d seeds\n", nfile);
+	snprintf(rx, sizeof(rx), "%s/seed-rx", argv[1]);
+	snprintf(mpa, sizeof(mpa), "%s/seed-mpa", argv[1]);
+	snprintf(term, sizeof(term), "%s/seed-term", argv[1]);
+	snprintf(tx, sizeof(tx), "%s/seed-tx", argv[1]);
+	for (i = 2; i < argc; i++)
+		from_capture(argv[i], rx, mpa, term);
+	synthetic(rx, term);
+	tx_seeds(tx);
+	printf("%d seeds from %d captures\n", nfile, argc - 2);
 	return 0;
 }
