@@ -13,8 +13,14 @@ insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
 [ -c /dev/kiwarp ] || { echo "not ok - /dev/kiwarp missing"; exit 1; }
 # non-root users may open the device
 [ "$(stat -c %a /dev/kiwarp)" = 666 ] || { echo "not ok - /dev/kiwarp mode $(stat -c %a /dev/kiwarp)"; fail=1; }
-for t in ${KIWARP_VM_TESTS:-selftests/vm/kw_rdma selftests/vm/kw_hostile}; do
-	"$t" "$@" || fail=1
+# KIWARP_VM_TESTS: test commands separated by ';', each a program and its
+# arguments (e.g. "selftests/vm/kw_rdma; selftests/vm/kw_peerfuzz --conns 10000").
+# run.sh's own arguments are appended to every command.
+IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/vm/kw_hostile}"
+for t in "${tests[@]}"; do
+	read -ra cmd <<< "$t"
+	[ ${#cmd[@]} -gt 0 ] || continue
+	"${cmd[@]}" "$@" || fail=1
 done
 # unload is refused while a file is open
 exec 3</dev/kiwarp
