@@ -16,7 +16,7 @@ insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
 # KIWARP_VM_TESTS: test commands separated by ';', each a program and its
 # arguments (e.g. "selftests/vm/kw_rdma; selftests/vm/kw_peerfuzz --conns 10000").
 # run.sh's own arguments are appended to every command.
-IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/vm/kw_hostile}"
+IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/vm/kw_hostile; selftests/vm/kw_security}"
 for t in "${tests[@]}"; do
 	read -ra cmd <<< "$t"
 	[ ${#cmd[@]} -gt 0 ] || continue

@@ -1,0 +1,1618 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Security regression tests (issue 6): run inside the VM with kiwarp.ko
+ * loaded, as root; every attack runs as uid/gid 65534 (nobody) in a forked
+ * child with a time limit, so that a kernel that hangs in the attacked path
+ * (the pre-fix soft lockup, the uninterruptible destroy) fails the case and
+ * the program still reports. Root only prepares: rlimits, mounts, modules.
+ * Use-after-free and lockup reports land in the kernel log, which vm-run
+ * scans after the run; the cases themselves assert the documented errors
+ * (uapi/linux/kiwarp.h) and that data and resources are intact afterwards.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiwarp.h"
+#include "../unit/harness.h"
+
+#define NOBODY		65534
+#define BUFSZ		(256 * 1024)
+#define DEV_PATH	"/dev/kiwarp"
+
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+/* ------------------------------------------------------------- helpers */
+
+static void note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	printf("# ");
+	vprintf(fmt, ap);
+	printf("\n");
+	fflush(stdout);
+	va_end(ap);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ioctl on the context fd: 0 or -errno */
+static int xioctl(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) ? -errno : 0;
+}
+
+static int handle_ioctl(int fd, unsigned long req, uint32_t handle)
+{
+	struct kiwarp_handle h = { .handle = handle };
+
+	return xioctl(fd, req, &h);
+}
+
+static int drop_to_nobody(void)
+{
+	if (setgroups(0, NULL) || setresgid(NOBODY, NOBODY, NOBODY) ||
+	    setresuid(NOBODY, NOBODY, NOBODY))
+		return -errno;
+	return 0;
+}
+
+/*
+ * Run fn as nobody in a child; the case fails if fn fails, the child dies
+ * of a signal, or it does not finish within secs (a task stuck in the
+ * kernel cannot be killed: it is left behind and reported).
+ */
+static void as_nobody(int *kwt_fail, int secs, void (*fn)(int *, void *),
+		      void *arg)
+{
+	double end = now() + secs;
+	int st = 0;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		int fail = 0;
+
+		if (drop_to_nobody()) {
+			note("cannot become nobody: %s", strerror(errno));
+			_exit(1);
+		}
+		fn(&fail, arg);
+		fflush(stdout);
+		_exit(fail ? 1 : 0);
+	}
+	ASSERT_GT(pid, 0);
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			break;
+		if (r < 0 || now() > end) {
+			note("attack did not finish within %d s (stuck in the kernel?)",
+			     secs);
+			kill(pid, SIGKILL);
+			end = now() + 3;
+			while (waitpid(pid, &st, WNOHANG) != pid && now() < end)
+				usleep(10000);
+			*kwt_fail = 1;
+			return;
+		}
+		usleep(5000);
+	}
+	if (WIFSIGNALED(st)) {
+		note("attack killed by signal %d", WTERMSIG(st));
+		*kwt_fail = 1;
+	} else if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		*kwt_fail = 1;
+	}
+}
+
+static int tcp_pair(int *c, int *s)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	int l, one = 1;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (void *)&sin, sizeof(sin)) ||
+	    listen(l, 1) || getsockname(l, (void *)&sin, &len))
+		return -errno;
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(*c, (void *)&sin, sizeof(sin)))
+		return -errno;
+	*s = accept(l, NULL, NULL);
+	close(l);
+	setsockopt(*c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return *s < 0 ? -errno : 0;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		seed = seed * 1103515245 + 12345;
+		p[i] = seed >> 16;
+	}
+}
+
+static long vm_pin_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* Wait (up to 2 s) until VmPin is kb. */
+static long wait_pin_kb(long kb)
+{
+	double end = now() + 2;
+	long v;
+
+	while ((v = vm_pin_kb()) != kb && now() < end)
+		usleep(2000);
+	return v;
+}
+
+/* Wait until thread tid sleeps in the kernel (state S or D), up to 5 s. */
+static int wait_sleeping(pid_t tid)
+{
+	double end = now() + 5;
+	char path[64], buf[256];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	while (now() < end) {
+		FILE *f = fopen(path, "r");
+		char *p = NULL;
+
+		if (f) {
+			p = fgets(buf, sizeof(buf), f);
+			fclose(f);
+		}
+		p = p ? strrchr(buf, ')') : NULL;
+		if (p && (p[2] == 'S' || p[2] == 'D')) {
+			/* let it get all the way into the wait */
+			usleep(100000);
+			return 0;
+		}
+		usleep(5000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int qp_state(struct kw_qp *qp)
+{
+	struct kiwarp_query_qp q;
+
+	if (kw_query_qp(qp, &q))
+		return -1;
+	return q.state;
+}
+
+static int wait_state(struct kw_qp *qp, int state, double secs)
+{
+	double end = now() + secs;
+	int s;
+
+	do {
+		s = qp_state(qp);
+		if (s == state)
+			return s;
+		usleep(5000);
+	} while (now() < end);
+	return s;
+}
+
+static int wait_cqe(struct kw_cq *cq, struct kiwarp_cqe *cqe, double secs)
+{
+	double end = now() + secs;
+
+	do {
+		int n = kw_poll_cq(cq, 1, cqe);
+
+		if (n)
+			return n < 0 ? n : 0;
+		usleep(1000);
+	} while (now() < end);
+	return -ETIMEDOUT;
+}
+
+/* ---------------------------------------------------- a connected pair */
+
+struct end {
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_cq *cq;
+	struct kw_qp *qp;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	int sock;
+};
+
+struct pair {
+	struct end a, b;	/* a: MPA initiator, b: responder */
+	int ret_b;
+};
+
+static int end_init(struct end *e, uint32_t cq_entries)
+{
+	struct kw_qp_init_attr attr = { 0 };
+	int ret;
+
+	e->sock = -1;
+	if ((ret = kw_open(&e->dev)) || (ret = kw_alloc_pd(e->dev, &e->pd)) ||
+	    (ret = kw_create_cq(e->dev, cq_entries, &e->cq)))
+		return ret;
+	attr.send_cq = attr.recv_cq = e->cq;
+	attr.sq_entries = attr.rq_entries = 16;
+	attr.max_sge = 2;
+	if ((ret = kw_create_qp(e->pd, &attr, &e->qp)))
+		return ret;
+	e->buf = mmap(NULL, BUFSZ, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (e->buf == MAP_FAILED)
+		return -errno;
+	return kw_reg_mr(e->pd, e->buf, BUFSZ, KIWARP_ACCESS_ALL, &e->mr);
+}
+
+static void end_fini(struct end *e)
+{
+	if (e->qp)
+		kw_destroy_qp(e->qp);
+	if (e->mr)
+		kw_dereg_mr(e->mr);
+	if (e->cq)
+		kw_destroy_cq(e->cq);
+	if (e->pd)
+		kw_dealloc_pd(e->pd);
+	if (e->dev)
+		kw_close(e->dev);
+	if (e->buf && e->buf != MAP_FAILED)
+		munmap(e->buf, BUFSZ);
+	if (e->sock >= 0)
+		close(e->sock);
+	memset(e, 0, sizeof(*e));
+	e->sock = -1;
+}
+
+static void *responder(void *arg)
+{
+	struct pair *p = arg;
+	struct kw_conn_param cp = { .mpa_rev = 2 };
+	struct kw_conn_result res;
+
+	p->ret_b = kw_accept(p->b.qp, p->b.sock, NULL, 10000, NULL);
+	if (!p->ret_b)
+		p->ret_b = kw_accept_reply(p->b.qp, KIWARP_REPLY_ACCEPT, &cp,
+					   NULL, 0, &res);
+	return NULL;
+}
+
+/* Both ends over loopback, sockets handed in from user fds. */
+static int pair_connect(struct pair *p)
+{
+	struct kw_conn_param cp = { .mpa_rev = 2 };
+	struct kw_conn_result res;
+	pthread_t t;
+	int ret;
+
+	if ((ret = end_init(&p->a, 64)) || (ret = end_init(&p->b, 64)) ||
+	    (ret = tcp_pair(&p->a.sock, &p->b.sock)))
+		return ret;
+	pthread_create(&t, NULL, responder, p);
+	ret = kw_connect(p->a.qp, p->a.sock, &cp, NULL, 0, &res);
+	pthread_join(t, NULL);
+	return ret ? ret : p->ret_b;
+}
+
+static void pair_fini(struct pair *p)
+{
+	end_fini(&p->a);
+	end_fini(&p->b);
+}
+
+/* Send len bytes from x to y, compare them, check both CQEs. */
+static void send_check(int *kwt_fail, struct end *x, struct end *y,
+		       size_t len, uint32_t seed)
+{
+	struct kiwarp_sge s = { (uintptr_t)x->buf, len, x->mr->stag };
+	struct kiwarp_sge r = { (uintptr_t)y->buf, BUFSZ, y->mr->stag };
+	struct kw_send_wr wr = { .wr_id = seed, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &s };
+	struct kw_recv_wr rw = { .wr_id = seed + 1, .sg_list = &r,
+				 .num_sge = 1 };
+	struct kiwarp_cqe c1, c2;
+
+	fill(x->buf, len, seed);
+	memset(y->buf, 0, len);
+	ASSERT_EQ(kw_post_recv(y->qp, &rw, 1), 1);
+	ASSERT_EQ(kw_post_send(x->qp, &wr, 1), 1);
+	ASSERT_EQ(wait_cqe(x->cq, &c1, 20), 0);
+	ASSERT_EQ(wait_cqe(y->cq, &c2, 20), 0);
+	EXPECT_EQ(c1.status, KIWARP_WC_SUCCESS);
+	EXPECT_EQ(c1.wr_id, seed);
+	EXPECT_EQ(c2.status, KIWARP_WC_SUCCESS);
+	EXPECT_EQ(c2.wr_id, seed + 1);
+	EXPECT_EQ(c2.byte_len, len);
+	EXPECT_MEMEQ(x->buf, y->buf, len);
+}
+
+/* ============================================== row 1: ring index rewind */
+
+struct rewind_case {
+	const char *name;
+	bool rq;		/* rewrite the RQ producer (else the SQ's) */
+	int posts;		/* honest WRs posted first */
+	int64_t delta;		/* prod = pulled + delta (mod 2^32) */
+};
+
+static const struct rewind_case rewinds[] = {
+	{ "SQ prod rewound to 0", false, 1, -1 },
+	{ "SQ prod rewound by one of three", false, 3, -1 },
+	{ "SQ prod one lap behind", false, 2, -2 },
+	{ "SQ prod beyond the ring", false, 1, 17 },
+	{ "SQ prod half the index space ahead", false, 1, 0x80000000LL },
+	{ "SQ prod wraps to pulled-1", false, 0, 0xffffffffLL },
+	{ "RQ prod beyond the ring", true, 0, 17 },
+	{ "RQ prod wraps", true, 1, 0x80000001LL },
+};
+
+static void rewind_one(int *kwt_fail, const struct rewind_case *c)
+{
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_cq *cq;
+	struct kw_qp *qp;
+	struct kw_mr *mr;
+	struct kw_qp_init_attr a = { 0 };
+	struct kiwarp_cqe cqe;
+	uint8_t *buf;
+	long pin0;
+	double t0, dt;
+	int i, ret, n, flushed = 0;
+	uint32_t prod;
+
+	ASSERT_EQ(kw_open(&dev), 0);
+	ASSERT_EQ(kw_alloc_pd(dev, &pd), 0);
+	ASSERT_EQ(kw_create_cq(dev, 64, &cq), 0);
+	a.send_cq = a.recv_cq = cq;
+	a.sq_entries = a.rq_entries = 16;
+	a.max_sge = 2;
+	ASSERT_EQ(kw_create_qp(pd, &a, &qp), 0);
+	ASSERT_EQ(qp->sq.entries, 16);
+	buf = mmap(NULL, 65536, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	memset(buf, 1, 65536);
+	pin0 = vm_pin_kb();
+	ASSERT_EQ(kw_reg_mr(pd, buf, 65536, KIWARP_ACCESS_ALL, &mr), 0);
+	EXPECT_EQ(vm_pin_kb(), pin0 + 64);
+
+	/* honest WRs whose SGEs name the MR: each takes an MR reference */
+	for (i = 0; i < c->posts; i++) {
+		struct kiwarp_sge sg[2] = {
+			{ (uintptr_t)buf, 4096, mr->stag },
+			{ (uintptr_t)buf + 8192, 4096, mr->stag },
+		};
+		struct kw_send_wr w = { .wr_id = i, .opcode = KIWARP_WR_SEND,
+					.flags = KW_SEND_SIGNALED,
+					.num_sge = 2, .sg_list = sg };
+		struct kw_recv_wr rw = { .wr_id = 100 + i, .sg_list = sg,
+					 .num_sge = 2 };
+
+		if (c->rq)
+			ASSERT_EQ(kw_post_recv(qp, &rw, 1), 1);
+		else
+			ASSERT_EQ(kw_post_send(qp, &w, 1), 1);
+	}
+	/* the kernel pulled what was posted (SQ) or nothing yet (RQ) */
+	prod = (c->rq ? 0 : (uint32_t)c->posts) + (uint32_t)c->delta;
+	kw_smp_store_release(c->rq ? qp->rq.prod : qp->sq.prod, prod);
+	t0 = now();
+	ret = handle_ioctl(kw_device_fd(dev), KIWARP_IOC_QP_DOORBELL,
+			   qp->handle);
+	dt = now() - t0;
+	note("%s: prod 0x%08x -> doorbell %d in %.3f s", c->name, prod, ret,
+	     dt);
+	EXPECT_EQ(ret, -EINVAL);
+	EXPECT_LT(dt, 1.0);
+	/* the QP failed (uapi: to ERROR) and flushed what it had taken */
+	EXPECT_EQ(wait_state(qp, KIWARP_QPS_ERROR, 2), KIWARP_QPS_ERROR);
+	/* a second doorbell with the same bogus index fails the same way */
+	t0 = now();
+	EXPECT_EQ(handle_ioctl(kw_device_fd(dev), KIWARP_IOC_QP_DOORBELL,
+			       qp->handle), -EINVAL);
+	EXPECT_LT(now() - t0, 1.0);
+	while ((n = wait_cqe(cq, &cqe, 0.5)) == 0) {
+		EXPECT_NE(cqe.status, KIWARP_WC_SUCCESS);
+		flushed++;
+	}
+	/* every honest SQ WR completed once (in error), no more */
+	if (!c->rq)
+		EXPECT_EQ(flushed, c->posts);
+	/* the MR references were all dropped: deregistration works */
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	/* the unpin itself runs from a work item, right after */
+	EXPECT_EQ(wait_pin_kb(pin0), pin0);
+	EXPECT_EQ(kw_destroy_qp(qp), 0);
+	EXPECT_EQ(kw_destroy_cq(cq), 0);
+	EXPECT_EQ(kw_dealloc_pd(pd), 0);
+	kw_close(dev);
+	munmap(buf, 65536);
+}
+
+static void rewind_all(int *kwt_fail, void *arg)
+{
+	size_t i;
+
+	(void)arg;
+	for (i = 0; i < sizeof(rewinds) / sizeof(rewinds[0]); i++) {
+		int fail = 0;
+
+		rewind_one(&fail, &rewinds[i]);
+		if (fail) {
+			note("failed: %s", rewinds[i].name);
+			*kwt_fail = 1;
+		}
+	}
+}
+
+TEST(ring_index_rewind)
+{
+	as_nobody(kwt_fail, 30, rewind_all, NULL);
+}
+
+/* ============================= row 2: the socket's previous owner (fd) */
+
+static void expect_busy_fd(int *kwt_fail, int fd)
+{
+	struct sockaddr_in sin = { .sin_family = AF_UNSPEC };
+	struct tcp_zerocopy_receive zc;
+	struct tcp_info ti;
+	socklen_t len;
+	char b[16] = "x";
+	int one = 1, pfd[2], mfd;
+	void *m;
+
+	errno = 0;
+	EXPECT_EQ(connect(fd, (void *)&sin, sizeof(sin)), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(listen(fd, 4), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(shutdown(fd, SHUT_RDWR), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", 3), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)),
+		  -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(read(fd, b, sizeof(b)), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(recv(fd, b, sizeof(b), MSG_DONTWAIT | MSG_PEEK), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(write(fd, b, 1), -1);
+	EXPECT_EQ(errno, EBUSY);
+	errno = 0;
+	EXPECT_EQ(send(fd, b, 1, MSG_NOSIGNAL | MSG_DONTWAIT), -1);
+	EXPECT_EQ(errno, EBUSY);
+	/* sendfile: file -> socket */
+	mfd = memfd_create("kwsec", 0);
+	ASSERT_GE(mfd, 0);
+	ASSERT_EQ(write(mfd, "0123456789", 10), 10);
+	errno = 0;
+	EXPECT_EQ(sendfile(fd, mfd, &(off_t){ 0 }, 10), -1);
+	EXPECT_EQ(errno, EBUSY);
+	close(mfd);
+	/* splice both ways */
+	ASSERT_EQ(pipe(pfd), 0);
+	errno = 0;
+	EXPECT_EQ(splice(fd, NULL, pfd[1], NULL, 16, SPLICE_F_NONBLOCK), -1);
+	EXPECT_EQ(errno, EBUSY);
+	ASSERT_EQ(write(pfd[1], "abcd", 4), 4);
+	errno = 0;
+	EXPECT_EQ(splice(pfd[0], NULL, fd, NULL, 4, SPLICE_F_NONBLOCK), -1);
+	EXPECT_EQ(errno, EBUSY);
+	close(pfd[0]);
+	close(pfd[1]);
+	/* TCP zerocopy receive: mmap of the socket and the getsockopt */
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+	EXPECT_TRUE(m == MAP_FAILED);
+	EXPECT_EQ(errno, EBUSY);
+	if (m != MAP_FAILED)
+		munmap(m, 4096);
+	memset(&zc, 0, sizeof(zc));
+	len = sizeof(zc);
+	errno = 0;
+	EXPECT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_ZEROCOPY_RECEIVE, &zc, &len),
+		  -1);
+	EXPECT_EQ(errno, EBUSY);
+	/* reading state still works */
+	len = sizeof(ti);
+	EXPECT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+	EXPECT_EQ(ti.tcpi_state, TCP_ESTABLISHED);
+	len = sizeof(sin);
+	EXPECT_EQ(getpeername(fd, (void *)&sin, &len), 0);
+}
+
+/* Hand sockfd to a fresh QP of dev: CONNECT's result. */
+static int connect_fd(struct end *e, int sockfd)
+{
+	struct kw_qp_init_attr a = { .send_cq = e->cq, .recv_cq = e->cq,
+				     .sq_entries = 4, .rq_entries = 4 };
+	struct kw_conn_param cp = { .mpa_rev = 2, .timeout_ms = 500 };
+	struct kw_conn_result res;
+	struct kw_qp *qp;
+	int ret;
+
+	ret = kw_create_qp(e->pd, &a, &qp);
+	if (ret)
+		return 1000 + ret;
+	ret = kw_connect(qp, sockfd, &cp, NULL, 0, &res);
+	kw_destroy_qp(qp);
+	return ret;
+}
+
+static void sock_owner(int *kwt_fail, void *arg)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sin);
+	struct pair p;
+	int fd, l, c, s, u, pfd[2], sv[2];
+	char x = 0;
+	bool tls = *(bool *)arg;
+
+	memset(&p, 0, sizeof(p));
+	ASSERT_EQ(pair_connect(&p), 0);
+	send_check(kwt_fail, &p.a, &p.b, 1000, 1);
+
+	/* the previous owner of both sockets can no longer touch them */
+	expect_busy_fd(kwt_fail, p.a.sock);
+	expect_busy_fd(kwt_fail, p.b.sock);
+	/* ... and the stream is intact both ways */
+	send_check(kwt_fail, &p.a, &p.b, 100000, 2);
+	send_check(kwt_fail, &p.b, &p.a, 100000, 3);
+
+	/* a second CONNECT (or ACCEPT) with an fd kiwarp owns */
+	EXPECT_EQ(connect_fd(&p.a, p.a.sock), -EBUSY);
+	EXPECT_EQ(connect_fd(&p.a, p.b.sock), -EBUSY);
+	send_check(kwt_fail, &p.a, &p.b, 4096, 4);
+
+	/* sockets that are no TCP stream, or not connected */
+	ASSERT_EQ(pipe(pfd), 0);
+	EXPECT_EQ(connect_fd(&p.a, pfd[0]), -ENOTSOCK);
+	close(pfd[0]);
+	close(pfd[1]);
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	EXPECT_EQ(connect_fd(&p.a, sv[0]), -EINVAL);
+	close(sv[0]);
+	close(sv[1]);
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin.sin_port = htons(9);
+	ASSERT_EQ(connect(u, (void *)&sin, sizeof(sin)), 0);
+	EXPECT_EQ(connect_fd(&p.a, u), -EINVAL);
+	close(u);
+	u = socket(AF_INET, SOCK_STREAM, 0);
+	EXPECT_EQ(connect_fd(&p.a, u), -ENOTCONN);
+	close(u);
+
+	/* a socket with a ULP (kTLS) attached */
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	if (setsockopt(c, IPPROTO_TCP, TCP_ULP, "tls", 3) == 0) {
+		EXPECT_EQ(connect_fd(&p.a, c), -EBUSY);
+	} else {
+		note("SKIP ULP'd socket: TCP_ULP tls unavailable (%s)%s",
+		     strerror(errno), tls ? "" : ", no tls module");
+	}
+	close(c);
+	close(s);
+
+	/*
+	 * DESTROY_QP gives the socket back, shut down: the fd works again
+	 * (no -EBUSY), reads see the end of the stream, writes EPIPE, and it
+	 * can even be disconnected and connected anew.
+	 */
+	fd = p.a.sock;
+	ASSERT_EQ(kw_destroy_qp(p.a.qp), 0);
+	p.a.qp = NULL;
+	{
+		char b[64];
+		ssize_t r;
+		double end = now() + 5;
+
+		do
+			r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+		while (r > 0 && now() < end);
+		EXPECT_EQ(r, 0);
+	}
+	errno = 0;
+	EXPECT_EQ(send(fd, &x, 1, MSG_NOSIGNAL), -1);
+	EXPECT_EQ(errno, EPIPE);
+	sin.sin_family = AF_UNSPEC;
+	EXPECT_EQ(connect(fd, (void *)&sin, sizeof(sin)), 0);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	sin.sin_family = AF_INET;
+	sin.sin_port = 0;
+	ASSERT_EQ(bind(l, (void *)&sin, sizeof(sin)), 0);
+	ASSERT_EQ(listen(l, 1), 0);
+	ASSERT_EQ(getsockname(l, (void *)&sin, &len), 0);
+	EXPECT_EQ(connect(fd, (void *)&sin, sizeof(sin)), 0);
+	s = accept(l, NULL, NULL);
+	EXPECT_GE(s, 0);
+	EXPECT_EQ(write(fd, "k", 1), 1);
+	EXPECT_EQ(read(s, &x, 1), 1);
+	EXPECT_EQ(x, 'k');
+	close(s);
+	close(l);
+	pair_fini(&p);
+}
+
+TEST(socket_owned_fd)
+{
+	/* root: the tls module, so that TCP_ULP "tls" is a real attempt */
+	bool tls = system("modprobe -q tls 2>/dev/null") == 0;
+
+	as_nobody(kwt_fail, 60, sock_owner, &tls);
+}
+
+/* ================== row 3: doorbells and SQ producers racing destroys */
+
+struct race {
+	int fd;
+	uint32_t qp;
+	struct kw_qp *lqp;	/* the library's view: rings stay mapped */
+	struct kw_cq *lcq;
+	volatile int stop;
+	volatile int bad;	/* an unexpected doorbell result */
+	long rings;
+};
+
+static void *race_doorbell(void *arg)
+{
+	struct race *r = arg;
+
+	while (!r->stop) {
+		int ret = handle_ioctl(r->fd, KIWARP_IOC_QP_DOORBELL, r->qp);
+
+		if (ret && ret != -EINVAL && !r->bad)
+			r->bad = ret;
+		r->rings++;
+	}
+	return NULL;
+}
+
+/* Produce honest SQ entries as space allows; consume CQEs. */
+static void *race_producer(void *arg)
+{
+	struct race *r = arg;
+	struct kw_ring *sq = &r->lqp->sq;
+	struct kw_ring *cq = &r->lcq->ring;
+
+	while (!r->stop) {
+		uint32_t prod = *sq->prod;
+		uint32_t cons = kw_smp_load_acquire(sq->cons);
+
+		if (prod - cons < sq->entries) {
+			struct kiwarp_wqe *w = (struct kiwarp_wqe *)
+				sq->entries_base + (prod & sq->mask);
+
+			memset(w, 0, sizeof(*w));
+			w->wr_id = prod;
+			w->opcode = KIWARP_WR_SEND;
+			w->flags = KIWARP_WR_SIGNALED;
+			kw_smp_store_release(sq->prod, prod + 1);
+		}
+		kw_smp_store_release(cq->cons, kw_smp_load_acquire(cq->prod));
+	}
+	return NULL;
+}
+
+static void race_rounds(int *kwt_fail, void *arg)
+{
+	double end = now() + 8;
+	int rounds = 0, connected = 0;
+	long rings = 0;
+
+	(void)arg;
+	while (rounds < 300 && (now() < end || rounds < 5)) {
+		struct race r = { 0 };
+		struct pair p;
+		struct end *e = &p.a;
+		pthread_t t[3];
+		int i, ret;
+
+		memset(&p, 0, sizeof(p));
+		if (rounds % 4 == 3) {
+			/* a live connection: doorbells transmit */
+			ASSERT_EQ(pair_connect(&p), 0);
+			connected++;
+		} else {
+			ASSERT_EQ(end_init(e, 64), 0);
+			/* an ERROR QP: every doorbell flushes into the CQ */
+			if (rounds % 2)
+				ASSERT_EQ(kw_modify_qp(e->qp,
+						       KIWARP_MODIFY_ERROR), 0);
+		}
+		r.fd = kw_device_fd(e->dev);
+		r.qp = e->qp->handle;
+		r.lqp = e->qp;
+		r.lcq = e->cq;
+		pthread_create(&t[0], NULL, race_doorbell, &r);
+		pthread_create(&t[1], NULL, race_doorbell, &r);
+		pthread_create(&t[2], NULL, race_producer, &r);
+		usleep(rand() % 3000);
+		ret = handle_ioctl(r.fd, KIWARP_IOC_DESTROY_QP, r.qp);
+		EXPECT_EQ(ret, 0);
+		ret = handle_ioctl(r.fd, KIWARP_IOC_DESTROY_CQ, e->cq->handle);
+		EXPECT_EQ(ret, 0);
+		usleep(rand() % 2000);
+		r.stop = 1;
+		for (i = 0; i < 3; i++)
+			pthread_join(t[i], NULL);
+		if (r.bad) {
+			note("round %d: doorbell returned %d", rounds, r.bad);
+			*kwt_fail = 1;
+		}
+		/* after destroy the handle is gone */
+		EXPECT_EQ(handle_ioctl(r.fd, KIWARP_IOC_QP_DOORBELL, r.qp),
+			  -EINVAL);
+		rings += r.rings;
+		/* the library objects are stale: unmap by hand */
+		munmap(e->qp->sq.map, e->qp->sq.map_size);
+		munmap(e->qp->rq.map, e->qp->rq.map_size);
+		munmap(e->cq->ring.map, e->cq->ring.map_size);
+		e->qp = NULL;
+		e->cq = NULL;
+		pair_fini(&p);
+		rounds++;
+		if (*kwt_fail)
+			break;
+	}
+	note("%d rounds (%d connected), %ld doorbells", rounds, connected,
+	     rings);
+	EXPECT_GE(rounds, 5);
+}
+
+TEST(doorbell_destroy_race)
+{
+	as_nobody(kwt_fail, 60, race_rounds, NULL);
+}
+
+/* ============== row 4: sockets in a network namespace that goes away */
+
+struct ns_arg {
+	bool userns;		/* the child makes a user+net namespace */
+	bool skipped;
+};
+
+static int lo_up(void)
+{
+	struct ifreq ifr = { 0 };
+	int s = socket(AF_INET, SOCK_DGRAM, 0), ret = 0;
+
+	strcpy(ifr.ifr_name, "lo");
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr))
+		ret = -errno;
+	ifr.ifr_flags |= IFF_UP;
+	if (!ret && ioctl(s, SIOCSIFFLAGS, &ifr))
+		ret = -errno;
+	close(s);
+	return ret;
+}
+
+struct ns_accept {
+	int fd;
+	uint32_t qp, listener;
+	struct kw_qp *lqp;
+	int ret;
+};
+
+static void *ns_acceptor(void *arg)
+{
+	struct ns_accept *a = arg;
+	struct kiwarp_accept acc = { .qp = a->qp, .sockfd = -1,
+				     .listen_handle = a->listener,
+				     .timeout_ms = 10000 };
+	struct kw_conn_param cp = { .mpa_rev = 2 };
+	struct kw_conn_result res;
+
+	a->ret = xioctl(a->fd, KIWARP_IOC_ACCEPT, &acc);
+	if (!a->ret)
+		a->ret = kw_accept_reply(a->lqp, KIWARP_REPLY_ACCEPT, &cp,
+					 NULL, 0, &res);
+	return NULL;
+}
+
+/*
+ * The namespace child: through the inherited context fd, LISTEN in its own
+ * namespace, CONNECT by address to that listener and ACCEPT the connection
+ * there. Writes the listener handle (or 0 and a reason) to wfd and exits.
+ */
+static int ns_child(int fd, struct kw_qp *qa, struct kw_qp *qb, bool userns,
+		    int wfd)
+{
+	struct kiwarp_listen l = { 0 };
+	struct kw_conn_param cp = { .mpa_rev = 2, .timeout_ms = 10000 };
+	struct kw_conn_result res;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct ns_accept a = { .fd = fd, .qp = qb->handle, .lqp = qb };
+	pthread_t t;
+	uint32_t msg[2] = { 0, 0 };
+	int ret;
+
+	if (userns) {
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET)) {
+			msg[1] = errno;
+			goto out;
+		}
+	} else {
+		/* root made the namespace; the attack runs as nobody */
+		if (unshare(CLONE_NEWNET) || drop_to_nobody()) {
+			msg[1] = 1000 + errno;
+			goto out;
+		}
+	}
+	if ((ret = lo_up())) {
+		msg[1] = 2000 - ret;
+		goto out;
+	}
+	l.addr.family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	memcpy(l.addr.addr, &sin.sin_addr, 4);
+	if ((ret = xioctl(fd, KIWARP_IOC_LISTEN, &l))) {
+		msg[1] = 3000 - ret;
+		goto out;
+	}
+	a.listener = l.handle;
+	msg[0] = l.handle;
+	pthread_create(&t, NULL, ns_acceptor, &a);
+	sin.sin_port = l.port;
+	ret = kw_connect_addr(qa, (void *)&sin, sizeof(sin), &cp, NULL, 0,
+			      &res);
+	pthread_join(t, NULL);
+	if (ret || a.ret)
+		msg[1] = 4000 - (ret ? ret : a.ret);
+out:
+	if (write(wfd, msg, sizeof(msg)) != sizeof(msg))
+		return 1;
+	return 0;
+}
+
+static void ns_rounds(int *kwt_fail, void *arg)
+{
+	struct ns_arg *na = arg;
+	int round;
+
+	for (round = 0; round < 3; round++) {
+		struct end a, b;
+		struct kw_qp_init_attr at = { 0 };
+		uint32_t msg[2] = { 0, 0 };
+		int pfd[2], st, fd;
+		pid_t pid;
+
+		memset(&a, 0, sizeof(a));
+		memset(&b, 0, sizeof(b));
+		/* one context, two QPs with their own CQ and MR */
+		ASSERT_EQ(end_init(&a, 64), 0);
+		b.dev = a.dev;
+		b.pd = a.pd;
+		b.sock = -1;
+		ASSERT_EQ(kw_create_cq(b.dev, 64, &b.cq), 0);
+		at.send_cq = at.recv_cq = b.cq;
+		at.sq_entries = at.rq_entries = 16;
+		at.max_sge = 2;
+		ASSERT_EQ(kw_create_qp(b.pd, &at, &b.qp), 0);
+		b.buf = mmap(NULL, BUFSZ, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ASSERT_TRUE(b.buf != MAP_FAILED);
+		ASSERT_EQ(kw_reg_mr(b.pd, b.buf, BUFSZ, KIWARP_ACCESS_ALL,
+				    &b.mr), 0);
+		fd = kw_device_fd(a.dev);
+		ASSERT_EQ(pipe(pfd), 0);
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			close(pfd[0]);
+			_exit(ns_child(fd, a.qp, b.qp, na->userns, pfd[1]));
+		}
+		close(pfd[1]);
+		ASSERT_EQ(read(pfd[0], msg, sizeof(msg)), sizeof(msg));
+		close(pfd[0]);
+		/* the namespace's last task exits */
+		ASSERT_EQ(waitpid(pid, &st, 0), pid);
+		EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		if (msg[1] && msg[1] < 1000 && na->userns) {
+			note("SKIP: unprivileged user namespaces unavailable: unshare: %s",
+			     strerror(msg[1]));
+			na->skipped = true;
+		} else if (msg[1]) {
+			note("namespace child failed at step %u (errno %u)",
+			     msg[1] / 1000, msg[1] % 1000);
+			*kwt_fail = 1;
+		} else {
+			/* the namespace lives on in the sockets: traffic works */
+			EXPECT_EQ(qp_state(a.qp), KIWARP_QPS_RTS);
+			send_check(kwt_fail, &a, &b, 5000, 10 + round);
+			send_check(kwt_fail, &b, &a, 5000, 20 + round);
+		}
+		/* now destroy everything from outside the namespace */
+		if (msg[0])
+			EXPECT_EQ(handle_ioctl(fd, KIWARP_IOC_DESTROY_LISTEN,
+					       msg[0]), 0);
+		EXPECT_EQ(kw_destroy_qp(b.qp), 0);
+		EXPECT_EQ(kw_dereg_mr(b.mr), 0);
+		EXPECT_EQ(kw_destroy_cq(b.cq), 0);
+		munmap(b.buf, BUFSZ);
+		if (round == 2) {
+			/* the last round leaves the connected QP to close() */
+			close(fd);
+			note("namespace rounds done");
+			return;
+		}
+		end_fini(&a);
+		if (*kwt_fail || na->skipped)
+			return;
+	}
+}
+
+TEST(netns_user_sockets)
+{
+	struct ns_arg na = { .userns = true };
+	int *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct ns_arg *sna = (void *)shared;
+
+	*sna = na;
+	as_nobody(kwt_fail, 60, ns_rounds, sna);
+	if (sna->skipped) {
+		/*
+		 * No unprivileged user namespaces on this kernel: the same
+		 * attack with a network namespace root made, the sockets
+		 * created in it by nobody.
+		 */
+		note("falling back to a root-made network namespace");
+		sna->userns = false;
+		sna->skipped = false;
+		ns_rounds(kwt_fail, sna);
+	}
+}
+
+/* ========================= row 5: ring memory charged while mapped */
+
+static void memlock_rings(int *kwt_fail, void *arg)
+{
+	struct rlimit rl = { 8 << 20, 8 << 20 };
+	struct kiwarp_query q;
+	struct kiwarp_create_cq c;
+	void *maps[32];
+	size_t sizes[32], held = 0;
+	int fd, n = 0, i, ret = 0;
+	uint32_t entries;
+
+	(void)arg;
+	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_QUERY, &q), 0);
+	entries = q.max_cqe < 65536 ? q.max_cqe : 65536;
+	for (i = 0; i < 32; i++) {
+		memset(&c, 0, sizeof(c));
+		c.entries = entries;
+		ret = xioctl(fd, KIWARP_IOC_CREATE_CQ, &c);
+		if (ret)
+			break;
+		maps[n] = mmap(NULL, c.mmap_size, PROT_READ | PROT_WRITE,
+			       MAP_SHARED, fd, c.mmap_offset);
+		ASSERT_TRUE(maps[n] != MAP_FAILED);
+		sizes[n++] = c.mmap_size;
+		held += c.mmap_size;
+		EXPECT_EQ(handle_ioctl(fd, KIWARP_IOC_DESTROY_CQ, c.handle), 0);
+	}
+	note("%d CQs of %u entries created and destroyed, %zu KiB still mapped, then %d",
+	     n, entries, held >> 10, ret);
+	EXPECT_EQ(ret, -ENOMEM);
+	EXPECT_GE(n, 1);
+	EXPECT_LE(held, (size_t)8 << 20);
+	/* VmPin counts what the mappings hold */
+	EXPECT_GE(vm_pin_kb() * 1024L, (long)held);
+	for (i = 0; i < n; i++)
+		munmap(maps[i], sizes[i]);
+	EXPECT_EQ(wait_pin_kb(0), 0);
+	/* with the mappings gone, the charge is gone: creation works again */
+	memset(&c, 0, sizeof(c));
+	c.entries = entries;
+	EXPECT_EQ(xioctl(fd, KIWARP_IOC_CREATE_CQ, &c), 0);
+	close(fd);
+}
+
+TEST(ring_memlock_charge)
+{
+	as_nobody(kwt_fail, 60, memlock_rings, NULL);
+}
+
+/* PROT_EXEC on the rings: refused at mmap and at mprotect. */
+static void exec_rings(int *kwt_fail, void *arg)
+{
+	const char *path = arg;
+	struct kiwarp_handle pd = { 0 };
+	struct kiwarp_create_cq c = { .entries = 16 };
+	struct kiwarp_create_qp qp = { 0 };
+	struct {
+		const char *name;
+		uint64_t off, size;
+	} r[3];
+	int fd, i;
+
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_ALLOC_PD, &pd), 0);
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_CREATE_CQ, &c), 0);
+	qp.pd = pd.handle;
+	qp.send_cq = qp.recv_cq = c.handle;
+	qp.sq_entries = qp.rq_entries = 16;
+	qp.max_sge = 1;
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_CREATE_QP, &qp), 0);
+	r[0].name = "CQ"; r[0].off = c.mmap_offset; r[0].size = c.mmap_size;
+	r[1].name = "SQ"; r[1].off = qp.sq.mmap_offset; r[1].size = qp.sq.mmap_size;
+	r[2].name = "RQ"; r[2].off = qp.rq.mmap_offset; r[2].size = qp.rq.mmap_size;
+	for (i = 0; i < 3; i++) {
+		void *m;
+
+		errno = 0;
+		m = mmap(NULL, r[i].size, PROT_READ | PROT_WRITE | PROT_EXEC,
+			 MAP_SHARED, fd, r[i].off);
+		if (m != MAP_FAILED) {
+			note("%s ring mapped executable", r[i].name);
+			*kwt_fail = 1;
+			munmap(m, r[i].size);
+		} else {
+			EXPECT_EQ(errno, EPERM);
+		}
+		m = mmap(NULL, r[i].size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 fd, r[i].off);
+		ASSERT_TRUE(m != MAP_FAILED);
+		errno = 0;
+		if (mprotect(m, r[i].size, PROT_READ | PROT_EXEC) == 0) {
+			note("%s ring mprotect()ed executable", r[i].name);
+			*kwt_fail = 1;
+		} else {
+			EXPECT_EQ(errno, EACCES);
+		}
+		munmap(m, r[i].size);
+	}
+	close(fd);
+}
+
+TEST(ring_no_exec)
+{
+	static const char dir[] = "/tmp/kwsec-exec";
+	char path[64];
+	struct stat st;
+
+	/*
+	 * /dev may be mounted noexec, which would refuse PROT_EXEC before
+	 * kiwarp is asked: use a device node on a fresh exec-able tmpfs.
+	 */
+	ASSERT_EQ(stat(DEV_PATH, &st), 0);
+	mkdir(dir, 0755);
+	ASSERT_EQ(mount("kwsec", dir, "tmpfs", 0, "mode=755"), 0);
+	snprintf(path, sizeof(path), "%s/kiwarp", dir);
+	ASSERT_EQ(mknod(path, S_IFCHR | 0666, st.st_rdev), 0);
+	ASSERT_EQ(chmod(path, 0666), 0);
+	as_nobody(kwt_fail, 30, exec_rings, path);
+	umount2(dir, MNT_DETACH);
+	rmdir(dir);
+}
+
+/* ================= row 7: destroy wakes a blocked ACCEPT at once */
+
+struct acc {
+	struct kw_qp *qp;
+	int fd;
+	uint32_t listener;
+	int sockfd;
+	pid_t tid;
+	volatile int done;
+	int ret;
+	double t_done;
+};
+
+static void *acc_thread(void *arg)
+{
+	struct acc *a = arg;
+	struct kiwarp_accept acc = { .qp = a->qp->handle, .sockfd = a->sockfd,
+				     .listen_handle = a->listener,
+				     .timeout_ms = 0 };
+
+	a->tid = syscall(SYS_gettid);
+	a->ret = xioctl(a->fd, KIWARP_IOC_ACCEPT, &acc);
+	a->t_done = now();
+	a->done = 1;
+	return NULL;
+}
+
+static int wait_done(struct acc *a, double secs)
+{
+	double end = now() + secs;
+
+	while (!a->done && now() < end)
+		usleep(2000);
+	return a->done;
+}
+
+static uint32_t listen_lo(int fd, uint16_t *port)
+{
+	struct kiwarp_listen l = { 0 };
+	uint32_t lo = htonl(INADDR_LOOPBACK);
+
+	l.addr.family = AF_INET;
+	memcpy(l.addr.addr, &lo, 4);
+	if (xioctl(fd, KIWARP_IOC_LISTEN, &l))
+		return 0;
+	*port = l.port;
+	return l.handle;
+}
+
+static int tcp_connect_port(uint16_t port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = port };
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(s, (void *)&sin, sizeof(sin))) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* 0: DESTROY_QP on a listener ACCEPT; 1: DESTROY_LISTEN; 2: DESTROY_QP
+ * on an ACCEPT of a socket fd whose peer never sends the MPA Request */
+static void accept_wake_one(int *kwt_fail, int mode)
+{
+	static const char *const names[] = {
+		"DESTROY_QP vs listener ACCEPT", "DESTROY_LISTEN vs ACCEPT",
+		"DESTROY_QP vs socket ACCEPT in MPA",
+	};
+	struct end e;
+	struct acc a = { .sockfd = -1 };
+	pthread_t t;
+	uint16_t port = 0;
+	double t0, dt;
+	int c = -1, s = -1, ret;
+
+	memset(&e, 0, sizeof(e));
+	ASSERT_EQ(end_init(&e, 64), 0);
+	a.fd = kw_device_fd(e.dev);
+	a.qp = e.qp;
+	if (mode < 2) {
+		a.listener = listen_lo(a.fd, &port);
+		ASSERT_NE(a.listener, 0);
+	} else {
+		ASSERT_EQ(tcp_pair(&c, &s), 0);
+		a.sockfd = s;
+	}
+	pthread_create(&t, NULL, acc_thread, &a);
+	while (!a.tid)
+		usleep(1000);
+	ASSERT_EQ(wait_sleeping(a.tid), 0);
+	t0 = now();
+	if (mode == 1)
+		ret = handle_ioctl(a.fd, KIWARP_IOC_DESTROY_LISTEN, a.listener);
+	else
+		ret = handle_ioctl(a.fd, KIWARP_IOC_DESTROY_QP, e.qp->handle);
+	dt = now() - t0;
+	EXPECT_EQ(ret, 0);
+	EXPECT_LT(dt, 1.0);
+	if (mode == 0) {
+		/* a connection arrives: the ACCEPT wakes and fails */
+		EXPECT_FALSE(wait_done(&a, 0.2));
+		c = tcp_connect_port(port);
+		EXPECT_GE(c, 0);
+	}
+	EXPECT_TRUE(wait_done(&a, 1.0));
+	note("%s: destroy %d in %.3f s, ACCEPT %d after %.3f s", names[mode],
+	     ret, dt, a.ret, a.done ? a.t_done - t0 : -1.0);
+	/* uapi: a DESTROY_QP makes a waiting ACCEPT fail with -EINVAL; one
+	 * in the MPA exchange fails with its socket, which was shut down */
+	if (mode == 2)
+		EXPECT_LT(a.ret, 0);
+	else
+		EXPECT_EQ(a.ret, -EINVAL);
+	if (!a.done) {
+		/* unblock it so that the case can end */
+		if (mode == 0)
+			handle_ioctl(a.fd, KIWARP_IOC_DESTROY_LISTEN,
+				     a.listener);
+		wait_done(&a, 5);
+	}
+	pthread_join(t, NULL);
+	if (mode == 1)
+		EXPECT_EQ(kw_destroy_qp(e.qp), 0);
+	e.qp = NULL;	/* destroyed */
+	if (mode == 0)
+		EXPECT_EQ(handle_ioctl(a.fd, KIWARP_IOC_DESTROY_LISTEN,
+				       a.listener), 0);
+	end_fini(&e);
+	if (c >= 0)
+		close(c);
+	if (s >= 0)
+		close(s);
+}
+
+static void accept_wake(int *kwt_fail, void *arg)
+{
+	int mode;
+
+	(void)arg;
+	for (mode = 0; mode < 3; mode++)
+		accept_wake_one(kwt_fail, mode);
+}
+
+TEST(destroy_wakes_accept)
+{
+	as_nobody(kwt_fail, 40, accept_wake, NULL);
+}
+
+/* ==================================================== small items */
+
+/*
+ * Writable MRs of page cache that writes back (a file on ext2/ext4) are
+ * refused; read-only MRs of it, shmem and anonymous memory work.
+ */
+static void mr_file_backed(int *kwt_fail, void *arg)
+{
+	const char *path = arg;
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_mr *mr;
+	uint8_t *f, *s, *an;
+	int fd, mfd;
+
+	ASSERT_EQ(kw_open(&dev), 0);
+	ASSERT_EQ(kw_alloc_pd(dev, &pd), 0);
+	fd = open(path, O_RDWR);
+	ASSERT_GE(fd, 0);
+	f = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_TRUE(f != MAP_FAILED);
+	EXPECT_EQ(f[100], 0x5a);
+	EXPECT_EQ(kw_reg_mr(pd, f, 65536, KIWARP_ACCESS_LOCAL_WRITE, &mr),
+		  -EOPNOTSUPP);
+	EXPECT_EQ(kw_reg_mr(pd, f, 65536, KIWARP_ACCESS_ALL, &mr),
+		  -EOPNOTSUPP);
+	EXPECT_EQ(kw_reg_mr(pd, f, 65536, KIWARP_ACCESS_REMOTE_READ, &mr), 0);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	mfd = memfd_create("kwsec", 0);
+	ASSERT_GE(mfd, 0);
+	ASSERT_EQ(ftruncate(mfd, 65536), 0);
+	s = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	ASSERT_TRUE(s != MAP_FAILED);
+	EXPECT_EQ(kw_reg_mr(pd, s, 65536, KIWARP_ACCESS_ALL, &mr), 0);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	an = mmap(NULL, 65536, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(an != MAP_FAILED);
+	EXPECT_EQ(kw_reg_mr(pd, an, 65536, KIWARP_ACCESS_ALL, &mr), 0);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	munmap(f, 65536);
+	munmap(s, 65536);
+	munmap(an, 65536);
+	close(fd);
+	close(mfd);
+	kw_dealloc_pd(pd);
+	kw_close(dev);
+}
+
+TEST(mr_writeback_file)
+{
+	static const char img[] = "/tmp/kwsec-ext.img", mnt[] = "/tmp/kwsec-ext";
+	static const char file[] = "/tmp/kwsec-ext/data";
+	uint8_t b[65536];
+	int fd;
+
+	/* root: a loop-mounted ext2 image, if this kernel can do that */
+	if (system("modprobe -q loop 2>/dev/null; modprobe -q ext4 2>/dev/null;"
+		   "modprobe -q ext2 2>/dev/null;"
+		   "grep -qw 'ext[24]' /proc/filesystems") != 0) {
+		note("SKIP: no ext2/ext4 in this kernel");
+		return;
+	}
+	fd = open(img, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
+	close(fd);
+	mkdir(mnt, 0755);
+	if (system("mkfs.ext2 -q -F /tmp/kwsec-ext.img >/dev/null 2>&1 && "
+		   "mount -o loop /tmp/kwsec-ext.img /tmp/kwsec-ext") != 0) {
+		note("SKIP: cannot loop-mount an ext2 image (no loop device?)");
+		unlink(img);
+		rmdir(mnt);
+		return;
+	}
+	fd = open(file, O_RDWR | O_CREAT, 0666);
+	ASSERT_GE(fd, 0);
+	memset(b, 0x5a, sizeof(b));
+	ASSERT_EQ(write(fd, b, sizeof(b)), sizeof(b));
+	fchmod(fd, 0666);
+	close(fd);
+	as_nobody(kwt_fail, 30, mr_file_backed, (void *)file);
+	umount2(mnt, MNT_DETACH);
+	unlink(img);
+	rmdir(mnt);
+}
+
+/* Sockets kiwarp creates count against RLIMIT_NOFILE of their user. */
+static void nofile_socks(int *kwt_fail, void *arg)
+{
+	struct rlimit rl = { 32, 32 };
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct kw_conn_param cp = { .mpa_rev = 2, .timeout_ms = 1000 };
+	struct kw_conn_result res;
+	uint32_t ls[64];
+	uint16_t port = 0;
+	struct end e;
+	int n = 0, ret;
+
+	(void)arg;
+	memset(&e, 0, sizeof(e));
+	ASSERT_EQ(end_init(&e, 64), 0);
+	ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (n < 64) {
+		ls[n] = listen_lo(kw_device_fd(e.dev), &port);
+		if (!ls[n])
+			break;
+		n++;
+	}
+	ret = listen_lo(kw_device_fd(e.dev), &port) ? 0 : -errno;
+	note("%d listeners, then LISTEN %d", n, ret);
+	EXPECT_EQ(ret, -EMFILE);
+	EXPECT_GE(n, 1);
+	EXPECT_LE(n, 32);
+	/* CONNECT by address makes a socket too */
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin.sin_port = port;
+	EXPECT_EQ(kw_connect_addr(e.qp, (void *)&sin, sizeof(sin), &cp, NULL,
+				  0, &res), -EMFILE);
+	/* one freed: one more */
+	ASSERT_GE(n, 1);
+	EXPECT_EQ(handle_ioctl(kw_device_fd(e.dev), KIWARP_IOC_DESTROY_LISTEN,
+			       ls[--n]), 0);
+	ls[n] = listen_lo(kw_device_fd(e.dev), &port);
+	EXPECT_NE(ls[n], 0);
+	if (ls[n])
+		n++;
+	while (n)
+		EXPECT_EQ(handle_ioctl(kw_device_fd(e.dev),
+				       KIWARP_IOC_DESTROY_LISTEN, ls[--n]), 0);
+	end_fini(&e);
+}
+
+TEST(user_sockets_rlimit_nofile)
+{
+	as_nobody(kwt_fail, 30, nofile_socks, NULL);
+}
+
+/* MODIFY_QP(ERROR) while ACCEPT_REPLY is blocked sending the Reply. */
+struct reply_arg {
+	struct kw_qp *qp;
+	pid_t tid;
+	volatile int done;
+	int ret;
+};
+
+static void *reply_thread(void *arg)
+{
+	struct reply_arg *r = arg;
+	struct kw_conn_param cp = { .mpa_rev = 1 };
+	struct kw_conn_result res;
+
+	r->tid = syscall(SYS_gettid);
+	r->ret = kw_accept_reply(r->qp, KIWARP_REPLY_ACCEPT, &cp, NULL, 0,
+				 &res);
+	r->done = 1;
+	return NULL;
+}
+
+static void modify_during_reply(int *kwt_fail, void *arg)
+{
+	/* MPA rev 1 Request, no private data, no CRC */
+	static const uint8_t req[20] = "MPA ID Req Frame\0\x01\0\0";
+	struct reply_arg r = { 0 };
+	struct end e;
+	pthread_t t;
+	char junk[4096];
+	size_t queued = 0;
+	int c, s, small = 4096, fl;
+	double end;
+
+	(void)arg;
+	memset(&e, 0, sizeof(e));
+	memset(junk, 'j', sizeof(junk));
+	ASSERT_EQ(end_init(&e, 64), 0);
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	/* the peer does not read: fill kiwarp's send path first */
+	setsockopt(c, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	fl = fcntl(s, F_GETFL);
+	fcntl(s, F_SETFL, fl | O_NONBLOCK);
+	end = now() + 5;
+	while (now() < end) {
+		ssize_t w = send(s, junk, sizeof(junk), MSG_NOSIGNAL);
+
+		if (w > 0) {
+			queued += w;
+			continue;
+		}
+		if (errno != EAGAIN)
+			break;
+		/* the window may still open: sure it is full? */
+		usleep(50000);
+		if (send(s, junk, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+		    errno == EAGAIN)
+			break;
+		queued++;
+	}
+	fcntl(s, F_SETFL, fl);
+	ASSERT_EQ(write(c, req, sizeof(req)), sizeof(req));
+	ASSERT_EQ(kw_accept(e.qp, s, NULL, 8000, NULL), 0);
+	e.sock = s;
+	EXPECT_EQ(qp_state(e.qp), KIWARP_QPS_MPA_REQ_RCVD);
+	r.qp = e.qp;
+	pthread_create(&t, NULL, reply_thread, &r);
+	while (!r.tid)
+		usleep(1000);
+	EXPECT_EQ(wait_sleeping(r.tid), 0);
+	EXPECT_FALSE(r.done);
+	EXPECT_EQ(kw_modify_qp(e.qp, KIWARP_MODIFY_ERROR), 0);
+	/* now the peer reads: the Reply can go out */
+	fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+	end = now() + 10;
+	while (!r.done && now() < end) {
+		if (read(c, junk, sizeof(junk)) <= 0)
+			usleep(2000);
+	}
+	pthread_join(t, NULL);
+	note("queued %zu bytes; ACCEPT_REPLY after MODIFY_ERROR: %d", queued,
+	     r.ret);
+	EXPECT_NE(r.ret, 0);
+	usleep(100000);
+	EXPECT_EQ(qp_state(e.qp), KIWARP_QPS_ERROR);
+	close(c);
+	end_fini(&e);
+}
+
+TEST(modify_error_during_accept_reply)
+{
+	as_nobody(kwt_fail, 40, modify_during_reply, NULL);
+}
+
+/*
+ * uapi: "A CQ that overran stays in error: the QP whose completion did
+ * not fit goes to ERROR at once, and every other QP bound to the CQ at
+ * its next completion."
+ */
+static void cq_overrun(int *kwt_fail, void *arg)
+{
+	struct kw_qp_init_attr at = { 0 };
+	struct kiwarp_sge sge;
+	struct kw_qp *x;
+	struct pair p;
+	uint32_t cqn;
+	int i;
+
+	(void)arg;
+	memset(&p, 0, sizeof(p));
+	ASSERT_EQ(pair_connect(&p), 0);
+	send_check(kwt_fail, &p.a, &p.b, 100, 1);
+	cqn = p.a.cq->ring.entries;
+	/* x shares a's CQ; flushed WRs of x overrun it */
+	at.send_cq = at.recv_cq = p.a.cq;
+	at.sq_entries = at.rq_entries = 16;
+	ASSERT_EQ(kw_create_qp(p.a.pd, &at, &x), 0);
+	ASSERT_EQ(kw_modify_qp(x, KIWARP_MODIFY_ERROR), 0);
+	sge = (struct kiwarp_sge){ (uintptr_t)p.a.buf, 16, p.a.mr->stag };
+	for (i = 0; i <= (int)cqn; i++) {
+		struct kw_send_wr w = { .wr_id = i, .opcode = KIWARP_WR_SEND,
+					.flags = KW_SEND_SIGNALED, .num_sge = 1,
+					.sg_list = &sge };
+		double end = now() + 2;
+
+		while (kw_sq_space(x) == 0 && now() < end)
+			usleep(1000);
+		ASSERT_EQ(kw_post_send(x, &w, 1), 1);
+	}
+	EXPECT_EQ(kw_cq_ready(p.a.cq), cqn);
+	EXPECT_EQ(qp_state(x), KIWARP_QPS_ERROR);
+	/* a has not completed anything since: still RTS */
+	EXPECT_EQ(qp_state(p.a.qp), KIWARP_QPS_RTS);
+	/* its next completion does not fit either: a goes to ERROR */
+	{
+		struct kiwarp_sge s = { (uintptr_t)p.a.buf, 100, p.a.mr->stag };
+		struct kiwarp_sge rs = { (uintptr_t)p.b.buf, BUFSZ,
+					 p.b.mr->stag };
+		struct kw_send_wr w = { .wr_id = 77, .opcode = KIWARP_WR_SEND,
+					.flags = KW_SEND_SIGNALED,
+					.num_sge = 1, .sg_list = &s };
+		struct kw_recv_wr rw = { .wr_id = 78, .sg_list = &rs,
+					 .num_sge = 1 };
+		struct kiwarp_cqe cqe;
+
+		ASSERT_EQ(kw_post_recv(p.b.qp, &rw, 1), 1);
+		ASSERT_EQ(kw_post_send(p.a.qp, &w, 1), 1);
+		/* b got the data (its CQ is fine) */
+		EXPECT_EQ(wait_cqe(p.b.cq, &cqe, 10), 0);
+		EXPECT_EQ(cqe.wr_id, 78);
+	}
+	EXPECT_EQ(wait_state(p.a.qp, KIWARP_QPS_ERROR, 5), KIWARP_QPS_ERROR);
+	/* even after draining the CQ it stays in error */
+	{
+		struct kiwarp_cqe cqe;
+
+		while (kw_poll_cq(p.a.cq, 1, &cqe) == 1)
+			;
+	}
+	EXPECT_EQ(qp_state(p.a.qp), KIWARP_QPS_ERROR);
+	EXPECT_EQ(kw_destroy_qp(x), 0);
+	pair_fini(&p);
+}
+
+TEST(cq_overrun_errors_bound_qps)
+{
+	as_nobody(kwt_fail, 40, cq_overrun, NULL);
+}
