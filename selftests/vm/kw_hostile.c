@@ -12,11 +12,14 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -569,4 +572,238 @@ TEST(mpa_request_timeout)
 	EXPECT_EQ(k.ret, -ETIMEDOUT);
 	EXPECT_LE(b.tv_sec - a.tv_sec, 5);
 	kend_fini(&k);
+}
+
+/* ---- issue 6 row 6: deregistration revokes queued RDMA Read Responses */
+
+#define RV_READS	4
+#define RV_LEN		(1U << 20)
+#define RV_MR		(RV_READS * RV_LEN)
+#define RV_SINK_STAG	0x99
+
+/* the byte at offset i before and after deregistration: always differ */
+static uint8_t rv_old(uint64_t i)
+{
+	return (uint8_t)(i * 131 + (i >> 12) + 7);
+}
+
+static uint8_t rv_new(uint64_t i)
+{
+	return rv_old(i) ^ 0xff;
+}
+
+/* What the peer receives: Read Response payload checked byte by byte. */
+struct rv_sink {
+	bool got_term;
+	struct kw_term term;
+	uint64_t placed, old_bytes, new_bytes, out_of_range;
+};
+
+static int rv_lookup(void *ctx, u32 stag, u8 op, struct kw_mr_view *v)
+{
+	struct rv_sink *s = ctx;
+
+	if (stag != RV_SINK_STAG || op != KW_OP_READ_RESP)
+		return -ENOENT;
+	*v = (struct kw_mr_view){ .cookie = s, .stag = stag, .access = 7,
+				  .valid = true, .base = 0, .len = RV_MR };
+	return 0;
+}
+
+static int rv_getbuf(void *ctx, u32 msn, const struct kw_rx_buf **b)
+{
+	(void)ctx; (void)msn; (void)b;
+	return -ENOENT;	/* kiwarp sends no Send here */
+}
+
+static void rv_place(void *ctx, void *cookie, u64 off, const void *src,
+		     u32 len)
+{
+	struct rv_sink *s = ctx;
+	const uint8_t *p = src;
+	u32 i;
+
+	(void)cookie;
+	for (i = 0; i < len; i++) {
+		if (off + i >= RV_MR)
+			s->out_of_range++;
+		else if (p[i] == rv_old(off + i))
+			s->old_bytes++;
+		else if (p[i] == rv_new(off + i))
+			s->new_bytes++;
+	}
+	s->placed += len;
+}
+
+static int rv_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
+		   u32 placed, struct kw_term *t)
+{
+	struct rv_sink *s = ctx;
+
+	(void)t;
+	if (h->opcode == KW_OP_TERMINATE && !kw_term_decode(payload, placed,
+							     &s->term))
+		s->got_term = true;
+	return 0;
+}
+
+static const struct kw_rx_ops rv_ops = {
+	.lookup_stag = rv_lookup, .get_rx_buf = rv_getbuf, .place = rv_place,
+	.segment_done = rv_done,
+};
+
+static double rv_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void rv_attack(int *kwt_fail)
+{
+	static struct kend k;
+	static struct rv_sink s;
+	static struct kw_rx rx;
+	static uint8_t b[65536];
+	struct kw_mr *mr;
+	uint8_t *buf;
+	int i, queued = -1, q, ret;
+	double t0, dt, end;
+	uint64_t j, built;
+
+	memset(&k, 0, sizeof(k));
+	memset(&s, 0, sizeof(s));
+	k.ird = RV_READS;
+	ASSERT_EQ(kend_init(&k), 0);
+	ASSERT_EQ(raw_connect(&k), 0);
+	buf = mmap(NULL, RV_MR, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	for (j = 0; j < RV_MR; j++)
+		buf[j] = rv_old(j);
+	ASSERT_EQ(kw_reg_mr(k.pd, buf, RV_MR, KIWARP_ACCESS_REMOTE_READ, &mr),
+		  0);
+	/* the peer asks for all of it and does not read */
+	for (i = 0; i < RV_READS; i++) {
+		uint8_t rr[KW_READ_REQ_LEN];
+		struct kw_read_req r = {
+			.sink_stag = RV_SINK_STAG,
+			.sink_to = (uint64_t)i * RV_LEN, .size = RV_LEN,
+			.src_stag = mr->stag,
+			.src_to = (uintptr_t)buf + (uint64_t)i * RV_LEN,
+		};
+		struct kw_tx_msg m = { .opcode = KW_OP_READ_REQ, .qn = 1,
+				       .msn = i + 1, .inline_data = rr,
+				       .inline_len = KW_READ_REQ_LEN };
+
+		kw_read_req_encode(&r, rr);
+		ASSERT_EQ(raw_send(&k, &m, rr, 0), 0);
+	}
+	/* until kiwarp's responses back up: our receive queue stops growing */
+	end = rv_now() + 10;
+	while (rv_now() < end) {
+		usleep(200000);
+		ASSERT_EQ(ioctl(k.raw, FIONREAD, &q), 0);
+		if (q > 0 && q == queued)
+			break;
+		queued = q;
+	}
+	/* deregister while Read Responses are queued: it must succeed */
+	t0 = rv_now();
+	do {
+		ret = kw_dereg_mr(mr);
+		if (ret == -EBUSY)
+			usleep(10000);
+	} while (ret == -EBUSY && rv_now() < t0 + 5);
+	dt = rv_now() - t0;
+	/*
+	 * Everything kiwarp built before the dereg returned is now either in
+	 * our receive queue or in its socket's send queue (SIOCOUTQ works on
+	 * the fd it owns): the peer may get at most that much.
+	 */
+	ASSERT_EQ(ioctl(k.raw, FIONREAD, &queued), 0);
+	ASSERT_EQ(ioctl(k.sock, SIOCOUTQ, &q), 0);
+	printf("# %d bytes queued at the peer, %d in kiwarp's send queue; DEREG_MR %d after %.3f s\n",
+	       queued, q, ret, dt);
+	ASSERT_EQ(ret, 0);
+	built = (uint64_t)queued + q;
+	EXPECT_LT(dt, 5.0);
+	/* the application reuses the buffer */
+	for (j = 0; j < RV_MR; j++)
+		buf[j] = rv_new(j);
+	/* now the peer reads everything kiwarp sends */
+	kw_rx_init(&rx, &rv_ops, &s, k.crc, 0);
+	end = rv_now() + 30;
+	while (!s.got_term && !kw_rx_failed(&rx) && rv_now() < end) {
+		struct pollfd pfd = { .fd = k.raw, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pfd, 1, 500) != 1)
+			continue;
+		n = read(k.raw, b, sizeof(b));
+		if (n <= 0)
+			break;
+		kw_rx_input(&rx, b, n);
+	}
+	printf("# peer got %llu of %u bytes: %llu old, %llu new, %llu other; Terminate %d (%u/%u/%u)\n",
+	       (unsigned long long)s.placed, RV_MR,
+	       (unsigned long long)s.old_bytes,
+	       (unsigned long long)s.new_bytes,
+	       (unsigned long long)(s.placed - s.old_bytes - s.new_bytes),
+	       s.got_term, s.term.layer, s.term.etype, s.term.ecode);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	/* never the new contents, only old bytes of responses already built */
+	EXPECT_EQ(s.new_bytes, 0);
+	EXPECT_EQ(s.old_bytes, s.placed);
+	EXPECT_EQ(s.out_of_range, 0);
+	/* the test only means something if responses were cut short */
+	EXPECT_LT(s.placed, RV_MR);
+	EXPECT_LE(s.placed, built);
+	/* the rest ends with a Terminate: remote protection, invalid STag */
+	EXPECT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
+	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_REMOTE_PROT);
+	EXPECT_EQ(s.term.ecode, KW_TERM_RDMAP_INV_STAG);
+	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+		       KW_TERM_RDMAP_INV_STAG, kwt_fail);
+	kend_fini(&k);
+	munmap(buf, RV_MR);
+}
+
+/*
+ * The peer queues RDMA Read Requests and stops reading; the application
+ * (uid 65534) deregisters the MR and reuses the buffer: the peer never
+ * sees the new contents (RFC 5042 revocation). Runs in a child with a time
+ * limit, so that a dereg that never returns fails the case.
+ */
+TEST(dereg_revokes_queued_read_responses)
+{
+	double end = rv_now() + 60;
+	int st = 0;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		int fail = 0;
+
+		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+		    setresuid(65534, 65534, 65534))
+			_exit(2);
+		rv_attack(&fail);
+		fflush(stdout);
+		_exit(fail);
+	}
+	ASSERT_GT(pid, 0);
+	while (waitpid(pid, &st, WNOHANG) != pid) {
+		if (rv_now() > end) {
+			printf("# did not finish within 60 s\n");
+			kill(pid, SIGKILL);
+			*kwt_fail = 1;
+			return;
+		}
+		usleep(10000);
+	}
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
