@@ -10,6 +10,10 @@
 #                   kernel, interop with upstream siw/rdma-core; the last
 #                   line is "N passed, N failed"
 #   make bench      kiwarp vs TCP vs upstream siw (ratios, one VM run)
+#   make fuzz       long campaigns: libFuzzer on the core (52M executions),
+#                   then on the debug kernel the /dev/kiwarp fuzzer, the
+#                   hostile-peer mutations and the fault tests (hours;
+#                   Documentation/security.md section 4)
 #   make install    module (to /lib/modules/$(KVER)/extra) and libkiwarp
 #                   (DESTDIR/PREFIX honoured)
 #
@@ -44,6 +48,7 @@ tools: lib
 tests: lib
 	$(MAKE) -C selftests/unit
 	$(MAKE) -C selftests/vm
+	$(MAKE) -C selftests/vmfuzz
 	$(MAKE) -C selftests/interop
 
 deps:
@@ -63,6 +68,10 @@ bench: deps
 	$(MAKE) all
 	tools/kiwarp-bench
 
+fuzz: deps
+	$(MAKE) all
+	scripts/fuzz-campaign
+
 install: module lib tools
 	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra \
 		INSTALL_MOD_PATH=$(DESTDIR) DEPMOD=/bin/true modules_install
@@ -76,6 +85,7 @@ clean:
 	$(MAKE) -C tools clean
 	$(MAKE) -C selftests/unit clean
 	$(MAKE) -C selftests/vm clean
+	$(MAKE) -C selftests/vmfuzz clean
 	$(MAKE) -C selftests/interop clean
 
-.PHONY: all module lib tools tests deps run check bench install clean
+.PHONY: fuzz all module lib tools tests deps run check bench install clean
