@@ -79,7 +79,7 @@
 static uint64_t cfg_seed;
 static long cfg_ops = -1;
 static long cfg_seconds = -1;
-static int cfg_threads = 2;
+static int cfg_threads = 3;
 static int cfg_hang = 90;	/* seconds one op may take under TCG */
 static int cfg_verbose;
 static int cfg_drop = 1;
@@ -385,6 +385,12 @@ struct obj {
 static struct obj objs[MAX_OBJ];
 static pthread_mutex_t tbl = PTHREAD_MUTEX_INITIALIZER;
 static int next_ctx = 1;
+/*
+ * Contexts whose objects may have changed behind the table's back (a fork
+ * child used them): the table is no ground truth for them any more.
+ */
+#define MAX_CTX 65536
+static uint8_t ctx_taint[MAX_CTX];
 static int nlive[O_NTYPES];
 
 static void lock_tbl(void)
@@ -457,6 +463,17 @@ static int pick(struct th *t, int type, int ctx, int stale_pct)
 	if (got < 0 && !want_live)
 		return pick(t, type, ctx, 0);
 	return got;
+}
+
+/* Under tbl: the context of a live device fd, or -1. */
+static int fd_ctx(int fd)
+{
+	int i;
+
+	for (i = 0; i < MAX_OBJ; i++)
+		if (objs[i].type == O_DEV && objs[i].live && objs[i].fd == fd)
+			return objs[i].ctx;
+	return -1;
 }
 
 /* Under tbl: a live device fd of context ctx (any dup of it), or -1. */
@@ -877,11 +894,19 @@ static void op_destroy(struct th *t, int type)
 		h.reserved = 1;
 	begin(t, "DESTROY_%s(fd %d, handle %u)", oname[type], fd, h.handle);
 	ret = judge(t, xioctl(fd, cmd[type], &h), E_BASE | E(EBUSY));
-	if (ret || slot < 0)
+	if (ret)
 		return;
 	lock_tbl();
-	if (objs[slot].gen == gen && objs[slot].handle == h.handle)
+	if (slot >= 0 && objs[slot].gen == gen && objs[slot].handle == h.handle &&
+	    fd_ctx(fd) == objs[slot].ctx) {
 		obj_kill(slot);
+	} else {	/* a random or cross-context handle hit something */
+		ctx = fd_ctx(fd);
+		for (slot = 0; slot < MAX_OBJ; slot++)
+			if (objs[slot].type == type && objs[slot].live &&
+			    objs[slot].ctx == ctx && objs[slot].handle == h.handle)
+				obj_kill(slot);
+	}
 	unlock_tbl();
 }
 
@@ -1138,10 +1163,40 @@ static void op_events(struct th *t)
 
 /* -------------------------------------------------------------- mmap */
 
+/*
+ * Whether addr lies in a mapping of /dev/kiwarp (and, if exec, one that is
+ * executable), from /proc/self/maps. Another thread may have replaced the
+ * mapping meanwhile: a finding about a ring mapping is confirmed here.
+ */
+static int maps_kiwarp(uint64_t addr, int exec)
+{
+	char line[512], perm[8], path[256];
+	unsigned long lo, hi;
+	int ret = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		path[0] = 0;
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, perm,
+			   path) < 3)
+			continue;
+		if (addr < lo || addr >= hi)
+			continue;
+		ret = strstr(path, "kiwarp") && (!exec || perm[2] == 'x');
+		break;
+	}
+	fclose(f);
+	return ret;
+}
+
+
 static void op_mmap(struct th *t)
 {
 	int fd, ctx, slot, i, kind, prot, flags;
 	struct ringgeo g = { 0 };
+	unsigned gen = 0;
 	uint64_t off, size;
 	void *p;
 	long ret;
@@ -1166,6 +1221,7 @@ static void op_mmap(struct th *t)
 	if (slot >= 0) {
 		ctx = objs[slot].ctx;
 		fd = op_fd(t, ctx);
+		gen = objs[slot].gen;
 	}
 	unlock_tbl();
 	off = g.off;
@@ -1212,7 +1268,9 @@ static void op_mmap(struct th *t)
 	    (size != g.size || (prot & PROT_EXEC) || !(flags & MAP_SHARED))) {
 		/* only a finding if fd is still the object's context */
 		lock_tbl();
-		if (objs[slot].live && ctx_fd(t, ctx) == fd)
+		if (objs[slot].live && objs[slot].gen == gen &&
+		    fd_ctx(fd) == ctx && !ctx_taint[ctx % MAX_CTX] &&
+		    maps_kiwarp((uintptr_t)p, 0))
 			finding(t, size != g.size ? "ring mapped with wrong size" :
 				(prot & PROT_EXEC) ? "ring mapped executable" :
 				"ring mapped private");
@@ -1311,9 +1369,8 @@ static void op_unmap(struct th *t)
 		p = mremap((void *)m.addr, m.len, m.len + page_sz,
 			   MREMAP_MAYMOVE);
 		if (p != MAP_FAILED) {
-			lock_tbl();
-			finding(t, "ring mapping could be grown");
-			unlock_tbl();
+			if (maps_kiwarp((uintptr_t)p, 0))
+				finding(t, "ring mapping could be grown");
 			munmap(p, m.len + page_sz);
 		}
 		/* into a reserved arena, so nothing of ours is replaced */
@@ -1330,11 +1387,8 @@ static void op_unmap(struct th *t)
 		begin(t, "mprotect(%#llx, EXEC)", (unsigned long long)m.addr);
 		ret = mprotect((void *)m.addr, m.len,
 			       PROT_READ | PROT_WRITE | PROT_EXEC) ? -errno : 0;
-		if (!ret) {
-			lock_tbl();
+		if (!ret && maps_kiwarp(m.addr, 1))
 			finding(t, "ring mapping made executable");
-			unlock_tbl();
-		}
 		break;
 	case 6:
 		begin(t, "mprotect(%#llx, READ)", (unsigned long long)m.addr);
@@ -1702,8 +1756,10 @@ static void op_sock_new(struct th *t)
 		if (i >= 0)
 			sin.sin_port = objs[i].port;
 		unlock_tbl();
-		if (i < 0)
-			break;
+		if (i < 0) {
+			t->started = 0;	/* no listener: nothing to do */
+			return;
+		}
 		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd >= 0 && connect(fd, (void *)&sin, sizeof(sin)))
 			ret = -errno;
@@ -1790,7 +1846,7 @@ static void op_sock_give(struct th *t)
 		struct kiwarp_connect c = { .qp = qp, .sockfd = sockfd };
 
 		gen_param(t, &c.param);
-		c.timeout_ms = 1 + rn(&t->r, 300);
+		c.timeout_ms = 1 + rn(&t->r, chance(&t->r, 90) ? 50 : 300);
 		c.private_data_len = gen_pdlen(t);
 		c.private_data = (uintptr_t)(chance(&t->r, 95) ? pdata :
 					     (void *)gen_u64(&t->r));
@@ -1806,7 +1862,7 @@ static void op_sock_give(struct th *t)
 	} else {
 		struct kiwarp_accept a = { .qp = qp, .sockfd = sockfd };
 
-		a.timeout_ms = 1 + rn(&t->r, 300);
+		a.timeout_ms = 1 + rn(&t->r, chance(&t->r, 90) ? 50 : 300);
 		a.peer_private_data = chance(&t->r, 80) ? (uintptr_t)pdata + 512 :
 				      gen_u64(&t->r);
 		if (chance(&t->r, 3))
@@ -2000,7 +2056,7 @@ static void op_accept_listen(struct th *t)
 	if (q >= 0)
 		objs[q].connected = 1;
 	unlock_tbl();
-	a.timeout_ms = 1 + rn(&t->r, 200);
+	a.timeout_ms = 1 + rn(&t->r, 50);
 	a.peer_private_data = (uintptr_t)pdata + 512;
 	begin(t, "ACCEPT(fd %d, qp %u, listen %u, tmo %u)", fd, a.qp,
 	      a.listen_handle, a.timeout_ms);
@@ -2434,7 +2490,7 @@ static void run_ops(struct th *t, long n);
 static void op_fork(struct th *t)
 {
 	int status, i, fd;
-	uint32_t delay = rn(&t->r, 150000);
+	uint32_t delay = rn(&t->r, 50000);
 	uint64_t cseed = rnd(&t->r);
 	pid_t pid;
 
@@ -2442,6 +2498,9 @@ static void op_fork(struct th *t)
 		return;
 	begin(t, "fork (child killed after %u us)", delay);
 	lock_tbl();
+	for (i = 0; i < MAX_OBJ; i++)
+		if (objs[i].type == O_DEV && objs[i].live)
+			ctx_taint[objs[i].ctx % MAX_CTX] = 1;
 	pid = fork();
 	if (pid == 0) {
 		in_child = 1;
@@ -2556,6 +2615,8 @@ static const struct opdef opdefs[] = {
 };
 
 static int op_total_weight;
+static atomic_long op_count[64];
+static _Atomic double op_secs[64];
 
 static int time_up(void)
 {
@@ -2579,7 +2640,15 @@ static void run_ops(struct th *t, long n)
 			w -= opdefs[k].weight;
 		if (in_child && opdefs[k].fn == op_fork)
 			continue;
-		opdefs[k].fn(t);
+		{
+			double t0 = now(), d;
+
+			opdefs[k].fn(t);
+			d = now() - t0;
+			atomic_fetch_add(&op_count[k], 1);
+			/* not atomic as a sum; statistics only */
+			op_secs[k] = op_secs[k] + d;
+		}
 	}
 }
 
@@ -2732,7 +2801,7 @@ static void usage(const char *p)
 		"usage: %s [--seed S] [--ops N] [--seconds T] [--threads K]\n"
 		"          [--hang SEC] [--memlock BYTES] [--no-drop] [--no-fork]\n"
 		"          [--dev PATH] [-v]\n"
-		"Defaults: --seconds 60 (or $KIWARP_FUZZ_SECONDS), --threads 2,\n"
+		"Defaults: --seconds 60 (or $KIWARP_FUZZ_SECONDS), --threads 3,\n"
 		"seed from the clock (or $KIWARP_FUZZ_SEED). Replay: --threads 1.\n", p);
 	exit(2);
 }
@@ -2930,6 +2999,10 @@ int main(int argc, char **argv)
 			off += snprintf(errs + off, sizeof(errs) - off, "%s%s:%ld",
 					off ? "," : "", ename(i), n);
 	}
+	say("# per op: name calls seconds\n");
+	for (k = 0; k < (int)ARRAY_SIZE(opdefs); k++)
+		say("#   %-16s %7ld %7.1f\n", opdefs[k].name,
+		    atomic_load(&op_count[k]), (double)op_secs[k]);
 	say("# kw_fuzz: ops=%ld seed=%llu threads=%d errors_by_errno=%s\n",
 	    atomic_load(&ops_done), (unsigned long long)cfg_seed, cfg_threads,
 	    off ? errs : "none");
