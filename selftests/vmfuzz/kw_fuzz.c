@@ -190,6 +190,7 @@ struct th {
 	char desc[LOG_LEN];	/* current op */
 	double started;		/* watchdog: 0 when idle */
 	sigjmp_buf jb;		/* guarded user accesses to mappings */
+	uint8_t *edge;		/* 3 pages: rw, PROT_NONE, read-only */
 	volatile int guard;
 	pthread_t pt;
 };
@@ -735,6 +736,43 @@ static void st(volatile uint32_t *p, uint32_t v)
 
 /* -------------------------------------------------------------- ops */
 
+/*
+ * A kiwarp ioctl whose argument sometimes lives at an odd place: crossing
+ * into a PROT_NONE page (copy-in fails), on a read-only page (the command
+ * runs, copy-out fails: what it created is unknown to user space and must
+ * still be torn down at close), or at a misaligned address (must work).
+ */
+static long kioctl(struct th *t, int fd, unsigned long cmd, void *arg)
+{
+	size_t size = _IOC_SIZE(cmd), l = strlen(t->desc);
+	uint8_t *p;
+	long ret;
+
+	if (!t->edge || in_child || !chance(&t->r, 6))
+		return xioctl(fd, cmd, arg);
+	switch (rn(&t->r, 3)) {
+	case 0:	/* crosses into the PROT_NONE page */
+		p = t->edge + page_sz - 1 - rn(&t->r, size ? size - 1 : 1);
+		memcpy(p, arg, t->edge + page_sz - p);
+		snprintf(t->desc + l, sizeof(t->desc) - l, " [arg crosses]");
+		return xioctl(fd, cmd, p);
+	case 1:	/* read-only */
+		p = t->edge + 2 * page_sz;
+		if (mprotect(p, page_sz, PROT_READ | PROT_WRITE))
+			return xioctl(fd, cmd, arg);
+		memcpy(p, arg, size);
+		mprotect(p, page_sz, PROT_READ);
+		snprintf(t->desc + l, sizeof(t->desc) - l, " [arg ro]");
+		return xioctl(fd, cmd, p);
+	}
+	p = t->edge + 1 + 2 * rn(&t->r, 64);	/* odd address */
+	memcpy(p, arg, size);
+	snprintf(t->desc + l, sizeof(t->desc) - l, " [arg misaligned]");
+	ret = xioctl(fd, cmd, p);
+	memcpy(arg, p, size);
+	return ret;
+}
+
 static void op_open(struct th *t)
 {
 	int fd, i, flags = O_RDWR | (chance(&t->r, 20) ? O_NONBLOCK : 0);
@@ -851,7 +889,7 @@ static void op_alloc_pd(struct th *t)
 	if (chance(&t->r, 3))
 		h.reserved = gen_u32(&t->r);
 	begin(t, "ALLOC_PD(fd %d ctx %d, reserved %u)", fd, ctx, h.reserved);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_ALLOC_PD, &h),
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_ALLOC_PD, &h),
 		    E_BASE | E(ENOSPC) | E(ENOMEM));
 	if (ret)
 		return;
@@ -893,7 +931,7 @@ static void op_destroy(struct th *t, int type)
 	if (chance(&t->r, 2))
 		h.reserved = 1;
 	begin(t, "DESTROY_%s(fd %d, handle %u)", oname[type], fd, h.handle);
-	ret = judge(t, xioctl(fd, cmd[type], &h), E_BASE | E(EBUSY));
+	ret = judge(t, kioctl(t, fd, cmd[type], &h), E_BASE | E(EBUSY));
 	if (ret)
 		return;
 	lock_tbl();
@@ -935,7 +973,7 @@ static void op_reg_mr(struct th *t)
 	begin(t, "REG_MR(fd %d, pd %u, addr %#llx, len %#llx, access %#x)", fd,
 	      m.pd, (unsigned long long)m.addr, (unsigned long long)m.length,
 	      m.access);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_REG_MR, &m),
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_REG_MR, &m),
 		    E_BASE | E(ENOMEM) | E(ENOSPC) | E(EOPNOTSUPP) | E(EINTR) |
 		    E(EAGAIN) | E(EPERM));
 	if (ret)
@@ -976,7 +1014,7 @@ static void op_create_cq(struct th *t)
 	if (chance(&t->r, 3))
 		c.reserved = gen_u64(&t->r);
 	begin(t, "CREATE_CQ(fd %d, entries %u)", fd, c.entries);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_CREATE_CQ, &c),
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_CREATE_CQ, &c),
 		    E_BASE | E(ENOMEM) | E(ENOSPC));
 	if (ret)
 		return;
@@ -1017,7 +1055,7 @@ static void op_arm_cq(struct th *t)
 	unlock_tbl();
 	a.flags = chance(&t->r, 90) ? rn(&t->r, 2) : gen_u32(&t->r);
 	begin(t, "ARM_CQ(fd %d, cq %u, flags %u)", fd, a.cq, a.flags);
-	judge(t, xioctl(fd, KIWARP_IOC_ARM_CQ, &a), E_BASE);
+	judge(t, kioctl(t, fd, KIWARP_IOC_ARM_CQ, &a), E_BASE);
 }
 
 static void op_create_qp(struct th *t)
@@ -1048,7 +1086,7 @@ static void op_create_qp(struct th *t)
 	begin(t, "CREATE_QP(fd %d, pd %u, scq %u, rcq %u, sq %u, rq %u, sge %u, flags %#x)",
 	      fd, c.pd, c.send_cq, c.recv_cq, c.sq_entries, c.rq_entries,
 	      c.max_sge, c.flags);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_CREATE_QP, &c),
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_CREATE_QP, &c),
 		    E_BASE | E(ENOMEM) | E(ENOSPC) | E(EBUSY));
 	if (ret)
 		return;
@@ -1095,7 +1133,7 @@ static void op_query_modify_qp(struct th *t)
 		if (chance(&t->r, 3))
 			q.reserved[1] = 1;
 		begin(t, "QUERY_QP(fd %d, qp %u)", fd, qp);
-		judge(t, xioctl(fd, KIWARP_IOC_QUERY_QP, &q), E_BASE);
+		judge(t, kioctl(t, fd, KIWARP_IOC_QUERY_QP, &q), E_BASE);
 		if (q.state > KIWARP_QPS_ERROR)
 			finding(t, "QUERY_QP state out of range");
 	} else {
@@ -1103,7 +1141,7 @@ static void op_query_modify_qp(struct th *t)
 
 		m.action = chance(&t->r, 90) ? 1 + rn(&t->r, 2) : gen_u32(&t->r);
 		begin(t, "MODIFY_QP(fd %d, qp %u, action %u)", fd, qp, m.action);
-		judge(t, xioctl(fd, KIWARP_IOC_MODIFY_QP, &m), E_BASE);
+		judge(t, kioctl(t, fd, KIWARP_IOC_MODIFY_QP, &m), E_BASE);
 	}
 }
 
@@ -1125,7 +1163,7 @@ static void op_doorbell(struct th *t)
 	if (chance(&t->r, 2))
 		h.reserved = gen_u32(&t->r);
 	begin(t, "DOORBELL(fd %d, qp %u)", fd, h.handle);
-	judge(t, xioctl(fd, KIWARP_IOC_QP_DOORBELL, &h), E_BASE);
+	judge(t, kioctl(t, fd, KIWARP_IOC_QP_DOORBELL, &h), E_BASE);
 }
 
 /* read()/poll() of the event channel: never blocks. */
@@ -1627,7 +1665,7 @@ static void op_ring(struct th *t)
 		struct kiwarp_handle h = { .handle = q.handle };
 
 		begin(t, "DOORBELL(fd %d, qp %u) after ring", fd, q.handle);
-		judge(t, xioctl(fd, KIWARP_IOC_QP_DOORBELL, &h), E_BASE);
+		judge(t, kioctl(t, fd, KIWARP_IOC_QP_DOORBELL, &h), E_BASE);
 	}
 }
 
@@ -1818,7 +1856,7 @@ static int pick_idle_qp(struct th *t, int ctx)
 /* CONNECT or ACCEPT with a random socket from the table (or -1/garbage). */
 static void op_sock_give(struct th *t)
 {
-	int fd, ctx, qs, ss = -1, sockfd;
+	int fd, ctx, qs, ss = -1, sockfd, i, lport = 0;
 	uint32_t qp;
 	long ret;
 
@@ -1841,6 +1879,8 @@ static void op_sock_give(struct th *t)
 	}
 	if (ss >= 0)
 		objs[ss].taken = 1;
+	if ((i = pick(t, O_LST, 0, 0)) >= 0 && chance(&t->r, 70))
+		lport = objs[i].port;
 	unlock_tbl();
 	if (chance(&t->r, 50)) {
 		struct kiwarp_connect c = { .qp = qp, .sockfd = sockfd };
@@ -1854,11 +1894,22 @@ static void op_sock_give(struct th *t)
 				      chance(&t->r, 50) ? 0 : gen_u64(&t->r);
 		if (chance(&t->r, 2))
 			c.reserved = 1;
+		if (sockfd == -1 && chance(&t->r, 70)) {	/* by address */
+			uint32_t lo = htonl(INADDR_LOOPBACK);
+
+			c.addr.family = AF_INET;
+			memcpy(c.addr.addr, &lo, 4);
+			c.addr.port = lport ? lport : htons(rn(&t->r, 65536));
+			if (chance(&t->r, 10)) {
+				c.addr.family = rn(&t->r, 64);
+				c.addr.scope_id = gen_u32(&t->r);
+			}
+		}
 		begin(t, "CONNECT(fd %d, qp %u, sockfd %d %s, rev %u flags %#x rtr %u ird %u ord %u, pd %u, tmo %u)",
 		      fd, qp, sockfd, ss >= 0 ? skname[objs[ss].kind] : "-",
 		      c.param.mpa_rev, c.param.flags, c.param.rtr, c.param.ird,
 		      c.param.ord, c.private_data_len, c.timeout_ms);
-		ret = xioctl(fd, KIWARP_IOC_CONNECT, &c);
+		ret = kioctl(t, fd, KIWARP_IOC_CONNECT, &c);
 	} else {
 		struct kiwarp_accept a = { .qp = qp, .sockfd = sockfd };
 
@@ -1870,7 +1921,7 @@ static void op_sock_give(struct th *t)
 		begin(t, "ACCEPT(fd %d, qp %u, sockfd %d %s, tmo %u)", fd, qp,
 		      sockfd, ss >= 0 ? skname[objs[ss].kind] : "-",
 		      a.timeout_ms);
-		ret = xioctl(fd, KIWARP_IOC_ACCEPT, &a);
+		ret = kioctl(t, fd, KIWARP_IOC_ACCEPT, &a);
 	}
 	judge(t, ret, E_BASE | E_NET);
 }
@@ -2013,7 +2064,7 @@ static void op_listen(struct th *t)
 		l.reserved1 = 1;
 	begin(t, "LISTEN(fd %d, family %u, port %u, backlog %u)", fd,
 	      l.addr.family, ntohs(l.addr.port), l.backlog);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_LISTEN, &l),
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_LISTEN, &l),
 		    E_BASE | E(EADDRINUSE) | E(EADDRNOTAVAIL) |
 		    E(EAFNOSUPPORT) | E(ENOMEM) | E(ENOSPC) | E(EMFILE) |
 		    E(EPERM) | E(EACCES));
@@ -2060,7 +2111,7 @@ static void op_accept_listen(struct th *t)
 	a.peer_private_data = (uintptr_t)pdata + 512;
 	begin(t, "ACCEPT(fd %d, qp %u, listen %u, tmo %u)", fd, a.qp,
 	      a.listen_handle, a.timeout_ms);
-	judge(t, xioctl(fd, KIWARP_IOC_ACCEPT, &a), E_BASE | E_NET);
+	judge(t, kioctl(t, fd, KIWARP_IOC_ACCEPT, &a), E_BASE | E_NET);
 }
 
 /*
@@ -2250,12 +2301,12 @@ static void op_raw_peer(struct th *t)
 	a.sockfd = sb;
 	a.timeout_ms = 500;
 	begin(t, "ACCEPT(fd %d, qp %u, raw peer sock %d)", fd, a.qp, sb);
-	ret = judge(t, xioctl(fd, KIWARP_IOC_ACCEPT, &a), E_BASE | E_NET);
+	ret = judge(t, kioctl(t, fd, KIWARP_IOC_ACCEPT, &a), E_BASE | E_NET);
 	if (!ret) {
 		ar.param.mpa_rev = 1;
 		ar.param.flags = req[16] ? KIWARP_CONN_CRC : 0;
 		begin(t, "ACCEPT_REPLY(fd %d, qp %u, raw peer)", fd, a.qp);
-		ret = judge(t, xioctl(fd, KIWARP_IOC_ACCEPT_REPLY, &ar),
+		ret = judge(t, kioctl(t, fd, KIWARP_IOC_ACCEPT_REPLY, &ar),
 			    E_BASE | E_NET);
 	}
 	if (!ret) {
@@ -2823,6 +2874,8 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (a[0] != '-')
+			continue;	/* run.sh passes its test filters on */
 		if (!strcmp(a, "-v")) {
 			cfg_verbose = 1;
 			continue;
@@ -2885,6 +2938,16 @@ int main(int argc, char **argv)
 					 sizeof(base_pins)) != sizeof(base_pins))
 			base_pins = -1;
 	}
+	if (geteuid() == 0) {
+		int a, b;
+
+		/* a TCP_ULP "tls" as root loads the module for later tries */
+		if (!tcp_pair(0, &a, &b)) {
+			setsockopt(a, IPPROTO_TCP, TCP_ULP, "tls", 4);
+			close(a);
+			close(b);
+		}
+	}
 	rl.rlim_cur = rl.rlim_max = cfg_memlock;
 	if (setrlimit(RLIMIT_MEMLOCK, &rl))
 		say("# setrlimit(MEMLOCK): %s\n", strerror(errno));
@@ -2906,6 +2969,12 @@ int main(int argc, char **argv)
 	if (!ths)
 		return 1;
 	for (k = 0; k < cfg_threads; k++) {
+		ths[k].edge = mmap(NULL, 3 * page_sz, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (ths[k].edge == MAP_FAILED)
+			ths[k].edge = NULL;
+		else
+			mprotect(ths[k].edge + page_sz, page_sz, PROT_NONE);
 		ths[k].id = k;
 		ths[k].r.s = cfg_seed * 0x100000001b3ULL + k * 0x9e3779b97f4a7c15ULL;
 	}
