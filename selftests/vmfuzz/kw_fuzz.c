@@ -1716,6 +1716,11 @@ static int add_sock(struct th *t, int fd, int kind)
 		return -1;
 	lock_tbl();
 	i = slot_new(t, O_SOCK);
+	if (i < 0 && (i = pick(t, O_SOCK, 0, 0)) >= 0) {
+		/* table full: the new socket replaces (closes) an old one */
+		close(objs[i].fd);
+		objs[i].taken = 0;
+	}
 	if (i >= 0) {
 		objs[i].fd = fd;
 		objs[i].kind = kind;
