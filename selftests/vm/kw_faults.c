@@ -384,9 +384,12 @@ struct conn {
 	unsigned r_cur, tok_sent, peer_tok, rq_posted_rounds;
 	unsigned peer_data_done;	/* peer rounds whose data all arrived */
 	unsigned rq_round_left[MAX_ROUNDS];
-	unsigned ops_posted, probes;
+	unsigned ops_posted, probes, probes_done;
+	double probe_t;
 	bool err, connected, torn;
 	double err_t;
+	struct kiwarp_cqe first_err;	/* for messages */
+	struct kiwarp_query_qp qstate;	/* at the first error */
 	uint64_t bytes, flushed, wrs;
 };
 
@@ -566,12 +569,17 @@ static void on_cqe(struct conn *k, const struct kiwarp_cqe *e)
 		return;
 	}
 	w->done++;
+	if (!is_recv && e->status && (e->wr_id & (1ULL << 40)))
+		k->probes_done++;
 	if (e->status == KIWARP_WC_WR_FLUSH_ERR ||
 	    e->status == KIWARP_WC_FATAL_ERR) {
 		k->flushed++;
 		if (!k->err) {
 			k->err = true;
 			k->err_t = now();
+			k->first_err = *e;
+			if (k->qp)
+				kw_query_qp(k->qp, &k->qstate);
 		}
 		return;
 	}
@@ -583,8 +591,10 @@ static void on_cqe(struct conn *k, const struct kiwarp_cqe *e)
 		k->err_t = now();
 		return;
 	}
-	if (e->wr_id & (1ULL << 40))
-		return;		/* probe */
+	if (e->wr_id & (1ULL << 40)) {
+		k->probes_done++;
+		return;
+	}
 	if (is_recv) {
 		size_t bank = k->l.recv + (r & 1) * ((size_t)g.rb + TOK_SZ);
 
@@ -802,9 +812,10 @@ static void *killer_fn(void *arg)
 	};
 
 	nanosleep(&ts, NULL);
-	kill(kl->victim, SIGKILL);
+	/* announced first: the victim's reset may beat our return from kill */
 	atomic_store(&st->dead_t, now());
 	atomic_store(&st->dead_conn, kl->c + 1);
+	kill(kl->victim, SIGKILL);
 	atomic_fetch_add(&st->kills, 1);
 	return NULL;
 }
@@ -860,8 +871,8 @@ static int run_conn(struct conn *k)
 		goto survivor_wait;
 	}
 	k->connected = true;
-	if (victim && k->plan.point == 0)
-		teardown = true;
+	if (victim && k->plan.kind != P_KILL && k->plan.point == 0)
+		teardown = true;	/* right after connecting */
 
 	while (!teardown) {
 		bool progress = false;
@@ -917,11 +928,17 @@ static int run_conn(struct conn *k)
 		if (!idle_since)
 			idle_since = now();
 		if (peer_dead(k) && !k->err) {
+			/* a lost reset is not sent again: ask for another
+			 * (at most 2 probes in flight: ORD has room) */
 			if (!dead_seen)
 				dead_seen = now();
-			if (!k->probes && kw_sq_space(k->qp) &&
-			    now() - dead_seen > 0.2)
-				post_probe(k);
+			if (k->probes - k->probes_done < 2 &&
+			    kw_sq_space(k->qp) && now() - dead_seen > 0.2 &&
+			    now() - k->probe_t > 1.0) {
+				k->probe_t = now();
+				if (post_probe(k))
+					fail(k->c, "post probe");
+			}
 			if (now() - atomic_load(&st->dead_t) > ERR_BOUND) {
 				fail(k->c, "peer gone %.0f s ago, no error yet",
 				     ERR_BOUND);
@@ -980,7 +997,20 @@ survivor_wait:
 	}
 	if (!k->err && k->plan.kind != P_ORDERLY && !victim)
 		atomic_fetch_add(&st->late, 1);
-	if (k->plan.kind == P_KILL && victim && !k->err) {
+	if (k->plan.kind == P_KILL && victim) {
+		/* the killer never tears down first */
+		if (k->err)
+			fail(k->c, "error before the kill: wr_id %#llx %s, QP %s,"
+			     " term sent %u/%u/%#x rcvd %u/%u/%#x, round %u,"
+			     " tok %u/%u, sq %u/%u rq %u/%u",
+			     (unsigned long long)k->first_err.wr_id,
+			     kw_wc_status_str(k->first_err.status),
+			     kw_qp_state_str(k->qstate.state),
+			     k->qstate.term_sent.layer, k->qstate.term_sent.etype,
+			     k->qstate.term_sent.ecode, k->qstate.term_rcvd.layer,
+			     k->qstate.term_rcvd.etype, k->qstate.term_rcvd.ecode,
+			     k->r_cur, k->tok_sent, k->peer_tok, k->sq.done,
+			     k->sq.posted, k->rq.done, k->rq.posted);
 		/* done before the killer fired: wait for it */
 		for (;;)
 			pause();
