@@ -2463,6 +2463,79 @@ static void op_race_destroy(struct th *t)
 	munmap(map, q.g[0].size);
 }
 
+/* ACCEPT without timeout on a listener; the QP is destroyed meanwhile. */
+struct acc_race {
+	int fd;
+	struct kiwarp_accept a;
+	long ret;
+};
+
+static void *acc_waiter(void *arg)
+{
+	struct acc_race *r = arg;
+
+	r->ret = xioctl(r->fd, KIWARP_IOC_ACCEPT, &r->a);
+	return NULL;
+}
+
+/*
+ * Issue 6 row 7: DESTROY_QP must end an ACCEPT blocked (timeout_ms = 0)
+ * on a listener; if it does not, the watchdog reports the hang.
+ */
+static void op_race_accept(struct th *t)
+{
+	struct acc_race r = { .a = { .sockfd = -1 } };
+	struct kiwarp_create_qp cq = { .sq_entries = 4, .rq_entries = 4 };
+	struct kiwarp_create_cq cc = { .entries = 8 };
+	struct kiwarp_listen l = { .backlog = 2 };
+	struct kiwarp_handle h = { 0 };
+	uint32_t lo = htonl(INADDR_LOOPBACK);
+	pthread_t pt;
+	int n;
+
+	/*
+	 * A private context: no other thread can destroy the QP and have
+	 * its handle reused under the blocked ACCEPT.
+	 */
+	begin(t, "race_accept: private context");
+	r.fd = open(cfg_dev, O_RDWR | O_CLOEXEC);
+	if (judge(t, r.fd < 0 ? -errno : 0, E(EMFILE) | E(ENOMEM)))
+		return;
+	l.addr.family = AF_INET;
+	memcpy(l.addr.addr, &lo, 4);
+	begin(t, "race_accept: PD, CQ, QP, LISTEN");
+	if (judge(t, xioctl(r.fd, KIWARP_IOC_ALLOC_PD, &h) ?:
+		  xioctl(r.fd, KIWARP_IOC_CREATE_CQ, &cc) ?:
+		  xioctl(r.fd, KIWARP_IOC_LISTEN, &l),
+		  E(ENOMEM) | E(ENOSPC) | E(EMFILE)))
+		goto out;
+	cq.pd = h.handle;
+	cq.send_cq = cq.recv_cq = cc.handle;
+	begin(t, "race_accept: CREATE_QP");
+	if (judge(t, xioctl(r.fd, KIWARP_IOC_CREATE_QP, &cq), E(ENOMEM)))
+		goto out;
+	r.a.qp = h.handle = cq.handle;
+	r.a.listen_handle = l.handle;
+	if (pthread_create(&pt, NULL, acc_waiter, &r))
+		goto out;
+	for (n = rn(&t->r, 30); n > 0; n--)
+		sched_yield();
+	if (chance(&t->r, 50))
+		usleep(rn(&t->r, 20000));
+	begin(t, "race: DESTROY_QP(fd %d, %u) during ACCEPT(listen %u, no timeout)",
+	      r.fd, h.handle, r.a.listen_handle);
+	judge(t, xioctl(r.fd, KIWARP_IOC_DESTROY_QP, &h), 0);
+	/* the watchdog covers the join: a destroy that leaves it blocked */
+	begin(t, "race: join ACCEPT(qp %u, no timeout) after DESTROY_QP",
+	      h.handle);
+	pthread_join(pt, NULL);
+	judge(t, 0, 0);
+	begin(t, "race: ACCEPT(qp %u, no timeout) result", h.handle);
+	judge(t, r.ret, E(EINVAL) | E(EINTR) | E(ECONNABORTED));
+out:
+	close(r.fd);
+}
+
 /* Close a device fd while a helper thread is in ioctls on it. */
 static void *close_racer(void *arg)
 {
@@ -2563,6 +2636,20 @@ static void op_fork(struct th *t)
 		in_child = 1;
 		alarm(30);
 		t->r.s = cseed;
+		signal(SIGALRM, SIG_DFL);
+		if (chance(&t->r, 25) && !unshare(CLONE_NEWUSER | CLONE_NEWNET)) {
+			/*
+			 * Issue 6 row 4: a listener made through an inherited
+			 * fd in a namespace that dies with this child.
+			 */
+			struct kiwarp_listen l = { .backlog = 4 };
+
+			l.addr.family = chance(&t->r, 50) ? AF_INET : AF_INET6;
+			i = pick(t, O_DEV, 0, 0);
+			if (i >= 0)
+				ioctl(objs[i].fd, KIWARP_IOC_LISTEN, &l);
+			_exit(0);
+		}
 		if (chance(&t->r, 20)) {
 			struct kiwarp_accept a = { .sockfd = -1 };
 
@@ -2667,6 +2754,7 @@ static const struct opdef opdefs[] = {
 	{ "raw_peer", op_raw_peer, 1 },
 	{ "race_destroy", op_race_destroy, 1 },
 	{ "race_close", op_race_close, 1 },
+	{ "race_accept", op_race_accept, 1 },
 	{ "fork", op_fork, 1 },
 	{ "buf_churn", op_buf_churn, 1 },
 };
