@@ -14,6 +14,7 @@
 #include <linux/in.h>
 #include <linux/in6.h>
 #include <linux/nsproxy.h>
+#include <net/inet_common.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 #include <net/net_namespace.h>
@@ -36,8 +37,9 @@
  * A module cannot run the LSM socket_bind/connect/listen hooks or the
  * caller's seccomp filter on sockets it creates. Hosts whose network policy
  * relies on those can set kernel_cm=0: then only callers with CAP_NET_ADMIN
- * in their network namespace may CONNECT by address or LISTEN; everybody
- * else hands kiwarp sockets they made themselves (which those checks saw).
+ * in the initial user namespace may CONNECT by address or LISTEN (the LSM
+ * policy binds users of unprivileged user namespaces too); everybody else
+ * hands kiwarp sockets they made themselves (which those checks saw).
  */
 static bool kernel_cm = true;
 module_param(kernel_cm, bool, 0644);
@@ -46,8 +48,7 @@ MODULE_PARM_DESC(kernel_cm,
 
 static int kernel_cm_allowed(void)
 {
-	if (READ_ONCE(kernel_cm) ||
-	    ns_capable(current->nsproxy->net_ns->user_ns, CAP_NET_ADMIN))
+	if (READ_ONCE(kernel_cm) || capable(CAP_NET_ADMIN))
 		return 0;
 	return -EPERM;
 }
@@ -107,7 +108,6 @@ static int user_sock_create(int family, struct socket **sockp, kuid_t *uid)
 /* A kernel listening socket (KIWARP_IOC_LISTEN). */
 struct kw_listener {
 	struct kref ref;	/* the table's, plus one per ACCEPT in progress */
-	u32 handle;
 	struct socket *sock;
 	kuid_t uid;		/* charged for sock */
 };
@@ -128,8 +128,13 @@ static void listener_free(struct kref *ref)
  * a copy of its own with everything that would take bytes from or put
  * bytes into the stream, change the connection or attach another ULP
  * failing with -EBUSY (kTLS swaps sock->ops the same way). kiwarp itself
- * uses the saved original (qp->sock_ops). One table per original ops
- * (IPv4 and IPv6 TCP), built on first use and never freed.
+ * uses the saved original (qp->sock_ops). One table per family: IPv4 TCP
+ * (inet_stream_ops) and IPv6 TCP (the ops of the first plain IPv6 TCP
+ * socket handed in: inet6_stream_ops lives in the ipv6 module), built on
+ * first use and never freed. The tables' owner is kiwarp, and each socket
+ * wearing them holds a module reference (take_sock(), release), so a
+ * socket that got them some other way (accept() racing the swap) keeps
+ * the module loaded.
  */
 struct kw_owned_ops {
 	const struct proto_ops *orig;
@@ -163,6 +168,12 @@ static int owned_listen(struct socket *sock, int backlog)
 }
 
 static int owned_shutdown(struct socket *sock, int how)
+{
+	return -EBUSY;
+}
+
+static int owned_accept(struct socket *sock, struct socket *newsock,
+			int flags, bool kern)
 {
 	return -EBUSY;
 }
@@ -213,33 +224,40 @@ static ssize_t owned_splice_read(struct socket *sock, loff_t *ppos,
 	return -EBUSY;
 }
 
-static const struct proto_ops *owned_ops_for(const struct proto_ops *orig)
+/*
+ * The owned table for a plain TCP socket's ops orig (socket lock held, no
+ * ULP: checked by the caller), or NULL if orig is not the stock ops of its
+ * family.
+ */
+static const struct proto_ops *owned_ops_for(int family,
+					     const struct proto_ops *orig)
 {
+	struct kw_owned_ops *o = &kw_owned[family == AF_INET6];
 	const struct proto_ops *ret = NULL;
-	int i;
 
+	if (orig->family != family ||
+	    (family == AF_INET && orig != &inet_stream_ops))
+		return NULL;
 	mutex_lock(&kw_owned_lock);
-	for (i = 0; i < ARRAY_SIZE(kw_owned) && !ret; i++) {
-		struct kw_owned_ops *o = &kw_owned[i];
-
-		if (!o->orig) {
-			o->ops = *orig;
-			o->ops.connect = owned_connect;
-			o->ops.listen = owned_listen;
-			o->ops.shutdown = owned_shutdown;
-			o->ops.setsockopt = owned_setsockopt;
-			o->ops.getsockopt = owned_getsockopt;
-			o->ops.sendmsg = owned_sendmsg;
-			o->ops.recvmsg = owned_recvmsg;
-			o->ops.mmap = owned_mmap;
-			o->ops.sendpage = owned_sendpage;
-			o->ops.splice_read = owned_splice_read;
-			o->ops.set_peek_off = NULL;
-			o->orig = orig;
-		}
-		if (o->orig == orig)
-			ret = &o->ops;
+	if (!o->orig) {
+		o->ops = *orig;
+		o->ops.owner = THIS_MODULE;
+		o->ops.connect = owned_connect;
+		o->ops.listen = owned_listen;
+		o->ops.accept = owned_accept;
+		o->ops.shutdown = owned_shutdown;
+		o->ops.setsockopt = owned_setsockopt;
+		o->ops.getsockopt = owned_getsockopt;
+		o->ops.sendmsg = owned_sendmsg;
+		o->ops.recvmsg = owned_recvmsg;
+		o->ops.mmap = owned_mmap;
+		o->ops.sendpage = owned_sendpage;
+		o->ops.splice_read = owned_splice_read;
+		o->ops.set_peek_off = NULL;
+		o->orig = orig;
 	}
+	if (o->orig == orig)
+		ret = &o->ops;
 	mutex_unlock(&kw_owned_lock);
 	return ret;
 }
@@ -250,6 +268,8 @@ static const struct proto_ops *owned_ops_for(const struct proto_ops *orig)
 int kw_sendmsg(struct kw_qp *qp, struct msghdr *msg, struct kvec *vec,
 	       size_t num, size_t len)
 {
+	lockdep_assert(lockdep_is_held(&qp->cm_lock) ||
+		       lockdep_is_held(&qp->tx_mutex));
 	iov_iter_kvec(&msg->msg_iter, ITER_SOURCE, vec, num, len);
 	return qp->sock_ops->sendmsg(qp->sock, msg, len);
 }
@@ -438,6 +458,7 @@ struct kw_qp *kw_sk_qp(struct sock *sk)
 {
 	struct kw_qp *qp;
 
+	lockdep_assert_held(&sk->sk_callback_lock);
 	qp = __locked_read_sk_user_data_with_flags(sk, SK_USER_DATA_NOCOPY);
 	if (qp && (!qp->cb_installed || !qp->sock || qp->sock->sk != sk))
 		return NULL;
@@ -503,6 +524,7 @@ void kw_cm_install(struct kw_qp *qp)
 {
 	struct sock *sk = qp->sock->sk;
 
+	lockdep_assert_held(&qp->cm_lock);
 	write_lock_bh(&sk->sk_callback_lock);
 	qp->saved_data_ready = sk->sk_data_ready;
 	qp->saved_write_space = sk->sk_write_space;
@@ -518,6 +540,7 @@ void kw_cm_uninstall(struct kw_qp *qp)
 {
 	struct sock *sk;
 
+	lockdep_assert_held(&qp->cm_lock);
 	if (!qp->sock)
 		return;
 	sk = qp->sock->sk;
@@ -551,8 +574,14 @@ void kw_cm_abort_setup(struct kw_qp *qp)
 	bool setup;
 
 	lockdep_assert_held(&qp->tx_mutex);
+	/*
+	 * Not in full operation: in setup, or moved to ERROR during it (the
+	 * err_work that would have shut the socket down may have been
+	 * cancelled by this very destroy).
+	 */
 	spin_lock_bh(&qp->lock);
-	setup = qp->state < KIWARP_QPS_RTS;
+	setup = qp->state != KIWARP_QPS_RTS &&
+		qp->state != KIWARP_QPS_CLOSING;
 	spin_unlock_bh(&qp->lock);
 	if (setup)
 		kw_cm_shutdown(qp);
@@ -580,6 +609,7 @@ void kw_cm_release_sock(struct kw_qp *qp)
 		lock_sock(sock->sk);
 		WRITE_ONCE(sock->ops, qp->sock_ops);
 		release_sock(sock->sk);
+		module_put(THIS_MODULE);	/* take_sock()'s */
 		fput(qp->sock_file);
 	} else {
 		sock_release(sock);
@@ -668,13 +698,15 @@ static u8 *frame_buf(u64 uptr, u32 len, u8 **ulp_pd)
 }
 
 /*
- * Read and decode the peer's MPA Request (reply false) or Reply into *f,
- * its private data into pd (KW_MPA_MAX_PD bytes, must outlive *f), and copy
- * the ULP private data to user space at uptr (0: only the length, which is
- * stored in *ulen either way).
+ * Read and decode the peer's MPA Request (reply false) or Reply into *f and
+ * its private data into pd (KW_MPA_MAX_PD bytes, must outlive *f). The ULP
+ * private data is f->ulp_pd/ulp_pd_len: the caller copies it to user space
+ * with pd_to_user() once cm_lock is dropped (a user page can take as long
+ * as its owner wants to fault in, e.g. on FUSE, and DESTROY_QP waits for
+ * cm_lock).
  */
 static int recv_mpa_frame(struct kw_qp *qp, bool reply,
-			  struct kw_mpa_frame *f, u8 *pd, u64 uptr, u32 *ulen)
+			  struct kw_mpa_frame *f, u8 *pd)
 {
 	u8 hdr[KW_MPA_HDR_LEN];
 	int ret;
@@ -686,11 +718,14 @@ static int recv_mpa_frame(struct kw_qp *qp, bool reply,
 		ret = cm_recv(qp, pd, f->pd_len);
 	if (!ret)
 		ret = kw_mpa_decode_pd(f, pd);
-	if (ret)
-		return ret;
-	*ulen = f->ulp_pd_len;
-	if (f->ulp_pd_len && uptr &&
-	    copy_to_user(u64_to_user_ptr(uptr), f->ulp_pd, f->ulp_pd_len))
+	return ret;
+}
+
+/* The peer's private data to user space at uptr (0: only its length). */
+static int pd_to_user(u64 uptr, const u8 *pd, u32 len, u32 *ulen)
+{
+	*ulen = len;
+	if (len && uptr && copy_to_user(u64_to_user_ptr(uptr), pd, len))
 		return -EFAULT;
 	return 0;
 }
@@ -722,20 +757,29 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	}
 	lock_sock(sk);
 	orig = sock->ops;
-	if (owned_orig(sock) != orig) {
-		ret = -EBUSY;	/* another QP owns it */
+	/*
+	 * Checked under the socket lock, which connect(), listen() and
+	 * setsockopt(TCP_ULP) take too: another QP, a ULP (kTLS swaps the
+	 * ops as well) or a state change wins before us or fails after.
+	 */
+	if (owned_orig(sock) != orig || inet_csk_has_ulp(sk)) {
+		ret = -EBUSY;	/* another QP or a ULP owns it */
+		goto out_release;
+	}
+	if (sk->sk_state != TCP_ESTABLISHED ||
+	    (file && sock->state != SS_CONNECTED)) {
+		ret = -ENOTCONN;
 		goto out_release;
 	}
 	if (file) {
-		owned = owned_ops_for(orig);
+		owned = owned_ops_for(sk->sk_family, orig);
 		if (!owned) {
 			ret = -EINVAL;
 			goto out_release;
 		}
 	}
 	write_lock_bh(&sk->sk_callback_lock);
-	if (sk->sk_user_data || inet_csk_has_ulp(sk) ||
-	    sk->sk_state != TCP_ESTABLISHED)
+	if (sk->sk_user_data)
 		ret = -EBUSY;
 	else
 		__rcu_assign_sk_user_data_with_flags(sk, qp,
@@ -743,8 +787,10 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	write_unlock_bh(&sk->sk_callback_lock);
 	if (ret)
 		goto out_release;
-	if (owned)
+	if (owned) {
+		__module_get(THIS_MODULE);	/* put when the ops go back */
 		WRITE_ONCE(sock->ops, owned);
+	}
 	qp->sock = sock;
 	qp->sock_file = file;
 	qp->sock_uid = uid;
@@ -854,6 +900,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	struct socket *sock = NULL;
 	struct file *file = NULL;
 	kuid_t uid = GLOBAL_ROOT_UID;
+	bool got_rep = false;
 	u8 *buf, *ulp_pd;
 	struct kw_qp *qp;
 	int ret, len;
@@ -909,10 +956,10 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	if (ret)
 		goto out_fail;
 
-	ret = recv_mpa_frame(qp, true, &rep, buf, arg->peer_private_data,
-			     &arg->peer_private_data_len);
+	ret = recv_mpa_frame(qp, true, &rep, buf);
 	if (ret)
 		goto out_fail;
+	got_rep = true;
 	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
 	if (ret)
 		goto out_fail;
@@ -926,6 +973,17 @@ out_fail:
 	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
+	/*
+	 * Connected, or refused (-ECONNREFUSED: the Reply's private data is
+	 * valid too). A fault here is like one copying arg back (dev.c).
+	 */
+	if (got_rep && (!ret || ret == -ECONNREFUSED)) {
+		int err = pd_to_user(arg->peer_private_data, rep.ulp_pd,
+				     rep.ulp_pd_len,
+				     &arg->peer_private_data_len);
+
+		ret = ret ? ret : err;
+	}
 	kfree(buf);
 	kw_qp_put(qp);
 	return ret;
@@ -980,6 +1038,8 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	struct file *file = NULL;
 	kuid_t uid = GLOBAL_ROOT_UID;
 	struct kw_mpa_frame *req;
+	u8 *pd = NULL;
+	u32 pd_len = 0;
 	struct kw_qp *qp;
 	int ret;
 
@@ -1014,8 +1074,14 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	set_timeouts(sock, arg->listen_handle ? 0 : arg->timeout_ms);
 
 	req = &qp->mpa_req;
-	ret = recv_mpa_frame(qp, false, req, qp->mpa_req_pd,
-			     arg->peer_private_data, &arg->peer_private_data_len);
+	ret = recv_mpa_frame(qp, false, req, qp->mpa_req_pd);
+	if (!ret && req->ulp_pd_len) {
+		/* copied out after cm_lock is dropped (recv_mpa_frame()) */
+		pd_len = req->ulp_pd_len;
+		pd = kmemdup(req->ulp_pd, pd_len, GFP_KERNEL);
+		if (!pd)
+			ret = -ENOMEM;
+	}
 	if (ret)
 		goto out_fail;
 	arg->peer.mpa_rev = req->rev;
@@ -1035,12 +1101,17 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	spin_unlock_bh(&qp->lock);
 	if (ret)
 		goto out_fail;
-	goto out_unlock;
+	mutex_unlock(&qp->cm_lock);
+	ret = pd_to_user(arg->peer_private_data, pd, pd_len,
+			 &arg->peer_private_data_len);
+	goto out_free;
 
 out_fail:
 	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
+out_free:
+	kfree(pd);
 	kw_qp_put(qp);
 	return ret;
 }
@@ -1115,7 +1186,8 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 {
 	struct sockaddr_storage ss;
 	struct kw_listener *l;
-	u32 id;
+	u32 id, backlog, somaxconn;
+	__be16 port;
 	int len, ret;
 
 	if (arg->reserved0 || arg->reserved1 || arg->handle || arg->port)
@@ -1137,23 +1209,33 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 	ret = kernel_bind(l->sock, (struct sockaddr *)&ss, len);
 	if (ret)
 		goto err_sock;
-	ret = kernel_listen(l->sock, arg->backlog ? arg->backlog : 16);
+	/*
+	 * listen(2) caps the backlog at net.core.somaxconn; kernel_listen()
+	 * does not, and an uncapped accept queue of unaccepted children
+	 * (allocated in softirq, charged to nobody) would let any user, or
+	 * a SYN flood, exhaust kernel memory.
+	 */
+	backlog = arg->backlog ? arg->backlog : 16;
+	somaxconn = READ_ONCE(sock_net(l->sock->sk)->core.sysctl_somaxconn);
+	ret = kernel_listen(l->sock, min_t(u32, backlog, somaxconn));
 	if (ret)
 		goto err_sock;
 	ret = kernel_getsockname(l->sock, (struct sockaddr *)&ss);
 	if (ret < 0)
 		goto err_sock;
+	port = ss.ss_family == AF_INET ?
+		((struct sockaddr_in *)&ss)->sin_port :
+		((struct sockaddr_in6 *)&ss)->sin6_port;
+	/* Once l is in the table a racing DESTROY_LISTEN may free it: l is
+	 * not touched again. */
 	ret = xa_alloc(&ctx->listeners, &id, l, XA_LIMIT(1, U16_MAX),
 		       GFP_KERNEL_ACCOUNT);
 	if (ret) {
 		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_sock;
 	}
-	l->handle = id;
 	arg->handle = id;
-	arg->port = ss.ss_family == AF_INET ?
-		((struct sockaddr_in *)&ss)->sin_port :
-		((struct sockaddr_in6 *)&ss)->sin6_port;
+	arg->port = port;
 	return 0;
 
 err_sock:

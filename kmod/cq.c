@@ -126,21 +126,23 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 	cq->cons = cq->mem + CQ_CONS_OFF;
 	cq->ring = cq->mem + CQ_RING_OFF;
 
+	/* Destroy takes ctx->lock: cq is not freed until it is dropped. */
 	mutex_lock(&ctx->lock);
 	ret = xa_alloc(&ctx->cqs, &cq->handle, cq, XA_LIMIT(1, KW_MAX_CQ),
 		       GFP_KERNEL_ACCOUNT);
-	mutex_unlock(&ctx->lock);
 	if (ret) {
+		mutex_unlock(&ctx->lock);
 		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_put;
 	}
-
 	arg->handle = cq->handle;
+	arg->mmap_offset = KW_MMAP_OFFSET(KW_MMAP_CQ, cq->handle);
+	mutex_unlock(&ctx->lock);
+
 	arg->ring_entries = entries;
 	arg->prod_off = CQ_PROD_OFF;
 	arg->cons_off = CQ_CONS_OFF;
 	arg->ring_off = CQ_RING_OFF;
-	arg->mmap_offset = KW_MMAP_OFFSET(KW_MMAP_CQ, cq->handle);
 	arg->mmap_size = size;
 	return 0;
 

@@ -100,6 +100,7 @@ struct kw_mr {
 	u32 pd_id;
 	u32 access;		/* KIWARP_ACCESS_* */
 	bool valid;		/* READ_ONCE/WRITE_ONCE: cleared by invalidate */
+	bool dereg;		/* DEREG_MR checking wr_refs (kw_mr_dereg) */
 	u64 addr;		/* base TO == user VA */
 	u64 len;
 	unsigned int page_off;	/* addr & ~PAGE_MASK */

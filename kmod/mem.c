@@ -100,14 +100,17 @@ int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 		goto err_free;
 	pd->id = ret;
 
+	/* DEALLOC_PD takes ctx->lock: pd lives until it is dropped. */
 	mutex_lock(&ctx->lock);
 	ret = xa_alloc(&ctx->pds, &pd->handle, pd, XA_LIMIT(1, KW_MAX_PD),
 		       GFP_KERNEL_ACCOUNT);
+	if (!ret)
+		arg->handle = pd->handle;
 	mutex_unlock(&ctx->lock);
-	if (ret)
+	if (ret) {
+		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_ida;
-
-	arg->handle = pd->handle;
+	}
 	return 0;
 
 err_ida:
@@ -375,10 +378,9 @@ int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
 	if (ret)
 		goto err_erase_handle;
 	pd->users++;
-	mutex_unlock(&ctx->lock);
-
 	arg->handle = mr->handle;
 	arg->stag = mr->stag;
+	mutex_unlock(&ctx->lock);
 	return 0;
 
 err_erase_handle:
@@ -459,9 +461,21 @@ int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 	mr = xa_load(&ctx->mrs, arg->handle);
 	if (!mr) {
 		ret = -EINVAL;
-	} else if (atomic_read(&mr->wr_refs)) {
-		ret = -EBUSY;
 	} else {
+		/*
+		 * A WR increments wr_refs, then checks dereg (qp.c
+		 * wr_resolve_sges()); we set dereg, then check wr_refs. With a
+		 * full barrier on both sides at least one sees the other:
+		 * the WR fails, or DEREG_MR returns -EBUSY.
+		 */
+		WRITE_ONCE(mr->dereg, true);
+		smp_mb();
+		if (atomic_read(&mr->wr_refs)) {
+			WRITE_ONCE(mr->dereg, false);
+			ret = -EBUSY;
+		}
+	}
+	if (!ret) {
 		kref_get(&mr->ref);	/* ours, for the wait below */
 		mr_unlink(ctx, mr);
 	}

@@ -139,7 +139,9 @@ static u8 wr_resolve_sges(struct kw_qp *qp, struct kw_wr *wr, bool need_write)
 			return KIWARP_WC_LOC_PROT_ERR;
 		wr->mr[i] = mr;
 		atomic_inc(&mr->wr_refs);
-		if (mr->pd_id != qp->pd_id || !READ_ONCE(mr->valid))
+		smp_mb__after_atomic();	/* pairs with kw_mr_dereg() */
+		if (mr->pd_id != qp->pd_id || !READ_ONCE(mr->valid) ||
+		    READ_ONCE(mr->dereg))
 			return KIWARP_WC_LOC_PROT_ERR;
 		if (need_write && !(mr->access & KIWARP_ACCESS_LOCAL_WRITE))
 			return KIWARP_WC_LOC_PROT_ERR;
@@ -333,9 +335,9 @@ void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 		       u8 flags, u32 inv_stag)
 {
 	struct kw_wr *wr = &qp->rq_wr[idx & (qp->rq.entries - 1)];
-
 	struct kiwarp_cqe cqe;
 
+	lockdep_assert_held(&qp->lock);
 	WARN_ON_ONCE(idx != qp->rq_compl);
 	wr->status = status;
 	wr->byte_len = byte_len;
@@ -438,14 +440,20 @@ static int sq_pull_locked(struct kw_qp *qp)
 }
 
 /* To ERROR, flushing everything (also what is still in the SQ ring). */
-static void to_error_locked(struct kw_qp *qp)
+/*
+ * Returns true if the QP entered ERROR here: only then is err_work queued,
+ * as err_work's shutdown makes TCP call kw_state_change(), which lands here
+ * again and must not queue err_work once more (it would loop forever).
+ */
+static bool to_error_locked(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->lock);
-	if (qp->state != KIWARP_QPS_ERROR) {
-		qp->state = KIWARP_QPS_ERROR;
-		sq_pull_locked(qp);
-		flush_locked(qp);
-	}
+	if (qp->state == KIWARP_QPS_ERROR)
+		return false;
+	qp->state = KIWARP_QPS_ERROR;
+	sq_pull_locked(qp);
+	flush_locked(qp);
+	return true;
 }
 
 /*
@@ -456,6 +464,7 @@ static void to_error_locked(struct kw_qp *qp)
 void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 			 u8 status)
 {
+	bool changed;
 	u32 i;
 
 	spin_lock_bh(&qp->lock);
@@ -471,17 +480,21 @@ void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 		wr->term = *ti;
 		break;
 	}
-	to_error_locked(qp);
+	changed = to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
-	kw_qp_queue(qp, &qp->err_work);
+	if (changed)
+		kw_qp_queue(qp, &qp->err_work);
 }
 
 void kw_qp_set_error(struct kw_qp *qp)
 {
+	bool changed;
+
 	spin_lock_bh(&qp->lock);
-	to_error_locked(qp);
+	changed = to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
-	kw_qp_queue(qp, &qp->err_work);
+	if (changed)
+		kw_qp_queue(qp, &qp->err_work);
 }
 
 /*
@@ -626,7 +639,13 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	rcq = kw_cq_lookup(ctx, arg->recv_cq);
 	if (!pd || !scq || !rcq)
 		goto err_unlock;
-	ret = xa_alloc(&ctx->qps, &id, qp, XA_LIMIT(1, KW_MAX_QP),
+	/*
+	 * Reserve the handle, set up everything, then publish: kw_qp_get()
+	 * and mmap look QPs up without ctx->lock, so a QP must be complete
+	 * when it becomes visible, and may be destroyed (and freed) by
+	 * another thread at once after, so qp is not touched again.
+	 */
+	ret = xa_alloc(&ctx->qps, &id, NULL, XA_LIMIT(1, KW_MAX_QP),
 		       GFP_KERNEL_ACCOUNT);
 	if (ret) {
 		ret = ret == -EBUSY ? -ENOSPC : ret;
@@ -643,11 +662,12 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	pd->users++;
 	scq->users++;
 	rcq->users++;
-	mutex_unlock(&ctx->lock);
-
 	arg->handle = id;
 	ring_info(&qp->sq, KW_MMAP_SQ, id, &arg->sq);
 	ring_info(&qp->rq, KW_MMAP_RQ, id, &arg->rq);
+	/* cannot fail: the slot is reserved, nothing is allocated */
+	WARN_ON(xa_err(xa_store(&ctx->qps, id, qp, GFP_KERNEL_ACCOUNT)));
+	mutex_unlock(&ctx->lock);
 	return 0;
 
 err_unlock:
@@ -758,9 +778,11 @@ int kw_qp_doorbell(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 					 qp->rq.entries) < 0)
 		ret = -EINVAL;
 	if (ret < 0) {
-		to_error_locked(qp);
+		bool changed = to_error_locked(qp);
+
 		spin_unlock_bh(&qp->lock);
-		kw_qp_queue(qp, &qp->err_work);
+		if (changed)
+			kw_qp_queue(qp, &qp->err_work);
 		goto out;
 	}
 	kick = ret > 0;

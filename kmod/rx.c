@@ -424,6 +424,7 @@ void kw_rx_drain(struct kw_qp *qp, struct sock *sk)
 {
 	read_descriptor_t rd = { .count = 1, .arg.data = qp };
 
+	lockdep_assert(lockdep_sock_is_held(sk));
 	tcp_read_sock(sk, &rd, rx_actor);
 }
 

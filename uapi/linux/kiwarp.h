@@ -95,7 +95,11 @@
  * may be closed afterwards. While the QP owns the socket, the bytes belong
  * to the iWARP stream: on the fd, read/write/send/recv, sendfile/splice,
  * connect, listen, shutdown, setsockopt and the zerocopy getsockopt fail
- * with -EBUSY (poll, getsockopt, getpeername still work). DESTROY_QP gives
+ * with -EBUSY (poll, getsockopt, getpeername still work), and so does
+ * accept if a listen() issued before CONNECT/ACCEPT took the socket got
+ * through. Socket-level options (SOL_SOCKET) still work: kiwarp sets its
+ * own send/receive timeouts for the MPA exchange and none afterwards, and
+ * a DESTROY_QP ends an exchange whatever the timeouts. DESTROY_QP gives
  * the socket back, shut down. The socket must be a connected TCP socket
  * (-ENOTSOCK, -EINVAL, -ENOTCONN otherwise) not claimed by another QP or
  * kernel user and without a ULP such as kTLS (-EBUSY).
@@ -103,11 +107,14 @@
  * Sockets kiwarp creates (CONNECT by address, LISTEN, what a listener
  * accepts) are the caller's: they live in its network namespace (and keep
  * it alive), are charged to its memory cgroup, pass its cgroup-BPF socket
- * programs and LSM socket creation checks, and count against its
- * RLIMIT_NOFILE per user (-EMFILE), though they use no descriptor.
- * With the module parameter kernel_cm=0 (for hosts whose network policy
- * relies on LSM bind/connect/listen hooks or seccomp, which a module cannot
- * apply), CONNECT by address and LISTEN need CAP_NET_ADMIN (-EPERM).
+ * programs, and count against its RLIMIT_NOFILE per user (-EMFILE), though
+ * they use no descriptor. The sockets CONNECT and LISTEN create pass the
+ * LSM socket creation checks; accepted ones, like any accept(), do not
+ * (and the LSM accept hook is not run either). The LISTEN backlog is
+ * capped at net.core.somaxconn. With the module parameter kernel_cm=0 (for
+ * hosts whose network policy relies on LSM bind/connect/listen/accept
+ * hooks or seccomp, which a module cannot apply), CONNECT by address and
+ * LISTEN need CAP_NET_ADMIN in the initial user namespace (-EPERM).
  * CONNECT and ACCEPT wait for the TCP connection interruptibly; a
  * DESTROY_QP meanwhile makes them fail with -EINVAL once they wake. With MPA revision 2 the 4-byte IRD/ORD field travels inside
  * the private data, so at most 508 bytes of ULP private data fit
