@@ -56,7 +56,7 @@
 static uint64_t opt_seed = 1;
 static long opt_conns = 200;
 static double opt_seconds = 1e9;
-static int opt_jobs = 2;
+static int opt_jobs = 4;
 static int opt_verbose;
 /*
  * --known BUG: count a known kiwarp bug (by tag) instead of failing on it,
@@ -238,7 +238,7 @@ static void rst_close(int fd)
 #define MAX_FPDUS	4096
 #define SINK_SEND_MAX	4096
 
-enum { MR_RW, MR_RO, MR_WO, MR_INV, MR_RECV, NMR };
+enum { MR_RW, MR_RO, MR_WO, MR_INV, MR_RECV, MR_SINK, NMR };
 
 static const uint32_t mr_access[NMR] = {
 	[MR_RW] = KIWARP_ACCESS_ALL,
@@ -246,9 +246,10 @@ static const uint32_t mr_access[NMR] = {
 	[MR_WO] = KIWARP_ACCESS_LOCAL_WRITE | KIWARP_ACCESS_REMOTE_WRITE,
 	[MR_INV] = KIWARP_ACCESS_LOCAL_WRITE | KIWARP_ACCESS_REMOTE_WRITE,
 	[MR_RECV] = KIWARP_ACCESS_LOCAL_WRITE,
+	[MR_SINK] = KIWARP_ACCESS_LOCAL_WRITE,	/* kiwarp's RDMA Read sink */
 };
 
-enum op_type { OP_SEND, OP_WRITE, OP_READ, OP_TERM };
+enum op_type { OP_SEND, OP_WRITE, OP_READ, OP_TERM, OP_RRESP };
 
 struct op {
 	int type;
@@ -314,10 +315,14 @@ struct conn {
 	bool qp_was_rts;
 	bool known_hit;
 	int nksend;			/* kiwarp's SQ WRs */
-	uint32_t ksend_off[KW_SENDS + 1], ksend_len[KW_SENDS + 1];
-	uint8_t ksend_op[KW_SENDS + 1];
-	int ksend_compl[KW_SENDS + 1];
-	struct kiwarp_cqe ksend_cqe[KW_SENDS + 1];
+	int kread;			/* its RDMA Read WR, or -1 */
+	uint32_t kord;			/* kiwarp's negotiated ORD */
+	bool kreq_seen;			/* its Read Request reached us */
+	struct kw_read_req kreq;
+	uint32_t ksend_off[KW_SENDS + 2], ksend_len[KW_SENDS + 2];
+	uint8_t ksend_op[KW_SENDS + 2];
+	int ksend_compl[KW_SENDS + 2];
+	struct kiwarp_cqe ksend_cqe[KW_SENDS + 2];
 
 	/* model of the arena */
 	uint8_t *exp;			/* expected contents */
@@ -329,7 +334,7 @@ struct conn {
 	bool crc;
 
 	/* the peer's stream */
-	struct op ops[MAX_OPS + 1];
+	struct op ops[MAX_OPS + 4];
 	int nops;
 	struct fpdu fp[MAX_FPDUS];
 	int nfp;
@@ -351,8 +356,8 @@ struct conn {
 	struct kw_term term;
 	bool sink_err;
 	int sink_send_seen;
-	uint32_t sink_send_len[KW_SENDS + 1];
-	uint8_t sink_send[KW_SENDS + 1][SINK_SEND_MAX];
+	uint32_t sink_send_len[KW_SENDS + 2];
+	uint8_t sink_send[KW_SENDS + 2][SINK_SEND_MAX];
 	uint8_t sink_wbuf[SINK_SEND_MAX];
 	uint32_t sink_wgot;
 	bool sink_write_seen;
@@ -497,6 +502,11 @@ static int s_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
 			if (c->rs[i].sink_stag == h->stag)
 				c->rs[i].done = true;
 	}
+	if (h->opcode == KW_OP_READ_REQ && payload && placed == KW_READ_REQ_LEN &&
+	    !c->kreq_seen) {
+		kw_read_req_decode(payload, &c->kreq);
+		c->kreq_seen = true;
+	}
 	if (h->opcode == KW_OP_WRITE && h->last && h->stag == 0x77000)
 		c->sink_write_seen = true;
 	if (!h->tagged && h->qn == KW_QN_SEND && h->last &&
@@ -518,7 +528,7 @@ static int layout_and_register(struct conn *c)
 {
 	static const uint32_t base_len[NMR] = {
 		[MR_RW] = 16384, [MR_RO] = 8192, [MR_WO] = 4096,
-		[MR_INV] = 2048, [MR_RECV] = 0,
+		[MR_INV] = 2048, [MR_RECV] = 0, [MR_SINK] = 6000,
 	};
 	uint8_t *a = c->w->arena;
 	uint32_t cur = rrange(&c->r, 1, 600), i;
@@ -592,11 +602,13 @@ static int post_recvs(struct conn *c)
 /* kiwarp's own traffic: Sends and an RDMA Write from the read-only MR */
 static int post_ksends(struct conn *c)
 {
-	struct kw_send_wr wr[KW_SENDS + 1];
-	struct kiwarp_sge sge[KW_SENDS + 1];
+	struct kw_send_wr wr[KW_SENDS + 2];
+	struct kiwarp_sge sge[KW_SENDS + 2];
 	int n = rn(&c->r, KW_SENDS + 1), i, ret;
 	bool wr_write = chance(&c->r, 40);
+	bool wr_read = c->kord && chance(&c->r, 40);
 
+	c->kread = -1;
 	for (i = 0; i < n + wr_write; i++) {
 		uint32_t len = rn(&c->r, 3000);
 		uint32_t off = rn(&c->r, c->mr_len[MR_RO] - len);
@@ -616,6 +628,26 @@ static int post_ksends(struct conn *c)
 		c->ksend_op[i] = wr[i].opcode;
 	}
 	c->nksend = n + wr_write;
+	if (wr_read) {
+		/* an RDMA Read of the peer: it answers (maybe mutated) */
+		uint32_t len = chance(&c->r, 5) ? 0 : rrange(&c->r, 1, 4096);
+		uint32_t off = rn(&c->r, c->mr_len[MR_SINK] - len + 1);
+
+		i = c->kread = c->nksend++;
+		c->ksend_off[i] = c->mr_off[MR_SINK] + off;
+		c->ksend_len[i] = len;
+		c->ksend_op[i] = KIWARP_WR_RDMA_READ;
+		sge[i] = (struct kiwarp_sge){ mr_base(c, MR_SINK) + off, len,
+					      c->mr[MR_SINK]->stag };
+		wr[i] = (struct kw_send_wr){
+			.wr_id = 0x2000 + i, .flags = KW_SEND_SIGNALED,
+			.num_sge = 1, .sg_list = &sge[i],
+			.opcode = KIWARP_WR_RDMA_READ,
+			.rkey = 0x88000 + rn(&c->r, 0x1000),
+			.remote_addr = rnd64(&c->r) >> 16 };
+		/* kiwarp writes there */
+		memset(c->care + c->ksend_off[i], 0, len);
+	}
 	if (!c->nksend)
 		return 0;
 	ret = kw_post_send(c->qp, wr, c->nksend);
@@ -653,7 +685,7 @@ static int mpa_exchange(struct conn *c)
 	struct kw_mpa_cfg cfg = { .rev = 2, .crc = chance(&c->r, 60),
 				  .ird = 4, .ord = MAX_READS };
 	struct kw_conn_param kp = { .mpa_rev = 2, .ird = KW_IRD,
-				    .ord = rn(&c->r, 5) };
+				    .ord = rn(&c->r, 3) };
 	struct kw_conn_request req;
 	struct kw_conn_result res;
 	struct kw_mpa_frame f, rep;
@@ -744,6 +776,7 @@ static int mpa_exchange(struct conn *c)
 				      0, &res);
 		if (ret == 0 && k == MUT_MPA_MARKERS)
 			cfail(c, "ACCEPT_REPLY accepted a Request with markers");
+		c->kord = ret ? 0 : res.param.ord;
 	}
 	if (ret) {
 		if (!must_fail)
@@ -911,6 +944,19 @@ static int gen_ops(struct conn *c)
 		else
 			add_op_write(c);
 	}
+	/* answer kiwarp's RDMA Read somewhere in the stream */
+	if (c->kreq_seen) {
+		struct op *o;
+		int at = rn(&c->r, c->nops + 1);
+
+		memmove(&c->ops[at + 1], &c->ops[at],
+			(c->nops - at) * sizeof(c->ops[0]));
+		c->nops++;
+		o = &c->ops[at];
+		*o = (struct op){ .type = OP_RRESP, .opcode = KW_OP_READ_RESP,
+				  .len = c->kreq.size, .data_off = c->paylen };
+		c->paylen += o->len;
+	}
 	/* end: a Terminate of our own, a ping Read, or just a close */
 	c->has_term = c->has_ping = false;
 	if (chance(&c->r, 8)) {
@@ -986,6 +1032,10 @@ static int build_wire(struct conn *c)
 			m.len = 0;
 			break;
 		}
+		case OP_RRESP:
+			m.stag = c->kreq.sink_stag;
+			m.to = c->kreq.sink_to;
+			break;
 		case OP_TERM: {
 			int tl = kw_term_encode(&o->term, NULL, 0, inl);
 
@@ -1017,7 +1067,8 @@ static int build_wire(struct conn *c)
 			p->off = c->wlen;
 			p->hdr_len = f.hdr_len;
 			p->op = k;
-			p->tagged = o->type == OP_WRITE;
+			p->tagged = o->type == OP_WRITE ||
+				    o->type == OP_RRESP;
 			memcpy(c->wire + c->wlen, f.hdr, f.hdr_len);
 			c->wlen += f.hdr_len;
 			memcpy(c->wire + c->wlen, src + f.payload_off,
@@ -1101,7 +1152,8 @@ static int fpdu_of_type(struct conn *c, int type)
 	int cand[MAX_FPDUS], n = 0, i;
 
 	for (i = 0; i < c->nfp; i++)
-		if (type < 0 || c->ops[c->fp[i].op].type == type)
+		if (type == -1 || c->ops[c->fp[i].op].type == type ||
+		    (type == -2 && c->fp[i].tagged))
 			cand[n++] = i;
 	return n ? cand[rn(&c->r, n)] : -1;
 }
@@ -1128,10 +1180,10 @@ static void mutate(struct conn *c)
 	switch (k) {
 	case MUT_STAG:
 		/* a Write's STag, or the STag a Send with Invalidate names */
-		i = fpdu_of_type(c, chance(&c->r, 25) ? OP_SEND : OP_WRITE);
+		i = fpdu_of_type(c, chance(&c->r, 25) ? OP_SEND : -2);
 		break;
 	case MUT_TO:
-		i = fpdu_of_type(c, OP_WRITE);
+		i = fpdu_of_type(c, -2);	/* Write or Read Response */
 		break;
 	case MUT_MSN:
 	case MUT_QN:
@@ -1585,6 +1637,44 @@ static void verify_arena(struct conn *c, bool clean)
 	}
 }
 
+/*
+ * kiwarp's RDMA Read: if our (unmutated) Read Response went out before any
+ * mutation, the WR succeeded with exactly those bytes. (Bytes of the sink
+ * MR outside the requested range are guard bytes: verify_arena().)
+ */
+static void verify_kread(struct conn *c, int i)
+{
+	const uint8_t *sink = c->w->arena + c->ksend_off[i];
+	struct kiwarp_cqe *e = &c->ksend_cqe[i];
+	int k;
+
+	if (c->ksend_compl[i] != 1)
+		return;
+	if (!c->kreq_seen) {
+		if (c->mut == MUT_NONE && c->mpa_mut == MUT_NONE)
+			cfail(c, "kiwarp's Read Request never arrived");
+		return;
+	}
+	if (c->kreq.size != c->ksend_len[i])
+		cfail(c, "kiwarp's Read Request asks %u bytes, WR has %u",
+		      c->kreq.size, c->ksend_len[i]);
+	for (k = 0; k < c->nops; k++) {
+		struct op *o = &c->ops[k];
+
+		if (o->type != OP_RRESP || o->off_end > c->first_mut ||
+		    o->off_end > c->cut)
+			continue;
+		if (e->status != KIWARP_WC_SUCCESS)
+			cfail(c, "RDMA Read answered before any mutation: status %s",
+			      wc_name(e->status));
+		else if (e->byte_len != o->len ||
+			 memcmp(sink, c->pay + o->data_off, o->len))
+			cfail(c, "RDMA Read: %u bytes, data %s", e->byte_len,
+			      memcmp(sink, c->pay + o->data_off, o->len) ?
+			      "differs" : "ok");
+	}
+}
+
 static void verify_ksends(struct conn *c, bool clean)
 {
 	int i, n = 0;
@@ -1592,6 +1682,10 @@ static void verify_ksends(struct conn *c, bool clean)
 	for (i = 0; i < c->nksend; i++) {
 		const uint8_t *src = c->w->arena + c->ksend_off[i];
 
+		if (c->ksend_op[i] == KIWARP_WR_RDMA_READ) {
+			verify_kread(c, i);
+			continue;
+		}
 		if (c->ksend_op[i] == KIWARP_WR_SEND) {
 			n++;
 			if (c->sink_send_seen < n)
@@ -1655,6 +1749,9 @@ static void run_conn(struct conn *c)
 	c->sink_send_seen = 0;
 	c->sink_wgot = 0;
 	c->sink_write_seen = false;
+	c->kreq_seen = false;
+	c->kread = -1;
+	c->kord = 0;
 	c->nops = c->nreads = c->nfp = 0;
 	c->first_mut = UINT32_MAX;
 	c->cut = 0;
@@ -1734,6 +1831,18 @@ static void run_conn(struct conn *c)
 		goto out;
 	}
 
+	kw_rx_init(&rx, &sink_ops, c, c->crc, 0);
+	if (c->kread >= 0) {
+		/* kiwarp's Read Request comes after its Sends */
+		double end = now_s() + 10;
+
+		while (!c->kreq_seen && !c->sink_err && now_s() < end &&
+		       peer_read(c, &rx, 100) != -EPIPE)
+			;
+		if (!c->kreq_seen)
+			cfail(c, "kiwarp's Read Request did not arrive");
+	}
+
 	/* the stream */
 	gen_ops(c);
 	tmut = pick_frame_mut(c);
@@ -1770,7 +1879,6 @@ static void run_conn(struct conn *c)
 	clean = mut_benign(c->mpa_mut) && mut_benign(c->mut);
 	model_stream(c, clean);
 
-	kw_rx_init(&rx, &sink_ops, c, c->crc, 0);
 	ret = peer_write(c, &rx);
 	if (ret) {
 		c->write_failed = true;
@@ -1797,7 +1905,8 @@ static void run_conn(struct conn *c)
 				/* kiwarp has to close: read to the end */
 			} else if (reads_done(c) &&
 				   (!clean || c->sink_send_seen +
-				    c->sink_write_seen >= c->nksend)) {
+				    c->sink_write_seen >=
+				    c->nksend - (c->kread >= 0))) {
 				break;
 			}
 			ret = peer_read(c, &rx, 100);
