@@ -111,6 +111,8 @@ static void as_nobody(int *kwt_fail, int secs, void (*fn)(int *, void *),
 	if (pid == 0) {
 		int fail = 0;
 
+		/* a write to a socket that was shut down reports EPIPE */
+		signal(SIGPIPE, SIG_IGN);
 		if (drop_to_nobody()) {
 			note("cannot become nobody: %s", strerror(errno));
 			_exit(1);
@@ -1581,7 +1583,16 @@ static void cq_overrun(int *kwt_fail, void *arg)
 	EXPECT_EQ(qp_state(x), KIWARP_QPS_ERROR);
 	/* a has not completed anything since: still RTS */
 	EXPECT_EQ(qp_state(p.a.qp), KIWARP_QPS_RTS);
-	/* its next completion does not fit either: a goes to ERROR */
+	/*
+	 * Drain the CQ: there is room again, but the CQ lost a completion and
+	 * stays in error, so a's next completion moves a to ERROR.
+	 */
+	{
+		struct kiwarp_cqe cqe;
+
+		while (kw_poll_cq(p.a.cq, 1, &cqe) == 1)
+			;
+	}
 	{
 		struct kiwarp_sge s = { (uintptr_t)p.a.buf, 100, p.a.mr->stag };
 		struct kiwarp_sge rs = { (uintptr_t)p.b.buf, BUFSZ,
@@ -1600,14 +1611,6 @@ static void cq_overrun(int *kwt_fail, void *arg)
 		EXPECT_EQ(cqe.wr_id, 78);
 	}
 	EXPECT_EQ(wait_state(p.a.qp, KIWARP_QPS_ERROR, 5), KIWARP_QPS_ERROR);
-	/* even after draining the CQ it stays in error */
-	{
-		struct kiwarp_cqe cqe;
-
-		while (kw_poll_cq(p.a.cq, 1, &cqe) == 1)
-			;
-	}
-	EXPECT_EQ(qp_state(p.a.qp), KIWARP_QPS_ERROR);
 	EXPECT_EQ(kw_destroy_qp(x), 0);
 	pair_fini(&p);
 }
