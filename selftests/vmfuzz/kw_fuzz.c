@@ -92,6 +92,7 @@ static double t_start;
 static atomic_long ops_done;
 static atomic_int stop_flag;
 static atomic_long unexpected;
+static atomic_long pairs_up;	/* kiwarp<->kiwarp connections in RTS */
 static int in_child;		/* a fork()ed child: no stdio, no table lock */
 
 static double now(void)
@@ -2245,6 +2246,8 @@ static void op_pair_connect(struct th *t)
 	judge(t, r.ret_acc, E_BASE | E_NET);
 	begin(t, "PAIR responder reply");
 	judge(t, r.ret_rep, E_BASE | E_NET);
+	if (!ret && !r.ret_acc && !r.ret_rep)
+		atomic_fetch_add(&pairs_up, 1);
 	/* the retained fds stay in the table for op_sock_oldfd */
 	if (sa >= 0 && add_sock(t, sa, SK_TCP_CONN) >= 0) {
 		lock_tbl();
@@ -2725,38 +2728,38 @@ static void op_destroy_qp(struct th *t) { op_destroy(t, O_QP); }
 static void op_destroy_lst(struct th *t) { op_destroy(t, O_LST); }
 
 static const struct opdef opdefs[] = {
-	{ "open", op_open, 3 },
-	{ "dup", op_dup, 1 },
-	{ "close_dev", op_close_dev, 1 },
-	{ "query", op_query, 3 },
-	{ "alloc_pd", op_alloc_pd, 4 },
-	{ "dealloc_pd", op_dealloc_pd, 2 },
-	{ "reg_mr", op_reg_mr, 8 },
-	{ "dereg_mr", op_dereg_mr, 5 },
-	{ "create_cq", op_create_cq, 6 },
-	{ "destroy_cq", op_destroy_cq, 3 },
-	{ "arm_cq", op_arm_cq, 3 },
-	{ "create_qp", op_create_qp, 8 },
-	{ "destroy_qp", op_destroy_qp, 3 },
-	{ "query_modify_qp", op_query_modify_qp, 5 },
-	{ "doorbell", op_doorbell, 8 },
-	{ "events", op_events, 2 },
-	{ "mmap", op_mmap, 10 },
-	{ "unmap", op_unmap, 3 },
-	{ "ring", op_ring, 30 },
-	{ "sock_new", op_sock_new, 3 },
-	{ "sock_give", op_sock_give, 2 },
-	{ "sock_oldfd", op_sock_oldfd, 4 },
-	{ "listen", op_listen, 1 },
-	{ "destroy_listen", op_destroy_lst, 1 },
-	{ "accept_listen", op_accept_listen, 1 },
-	{ "pair_connect", op_pair_connect, 5 },
-	{ "raw_peer", op_raw_peer, 1 },
-	{ "race_destroy", op_race_destroy, 1 },
-	{ "race_close", op_race_close, 1 },
-	{ "race_accept", op_race_accept, 1 },
+	{ "open", op_open, 6 },
+	{ "dup", op_dup, 2 },
+	{ "close_dev", op_close_dev, 2 },
+	{ "query", op_query, 6 },
+	{ "alloc_pd", op_alloc_pd, 8 },
+	{ "dealloc_pd", op_dealloc_pd, 4 },
+	{ "reg_mr", op_reg_mr, 16 },
+	{ "dereg_mr", op_dereg_mr, 10 },
+	{ "create_cq", op_create_cq, 12 },
+	{ "destroy_cq", op_destroy_cq, 6 },
+	{ "arm_cq", op_arm_cq, 6 },
+	{ "create_qp", op_create_qp, 16 },
+	{ "destroy_qp", op_destroy_qp, 6 },
+	{ "query_modify_qp", op_query_modify_qp, 10 },
+	{ "doorbell", op_doorbell, 16 },
+	{ "events", op_events, 4 },
+	{ "mmap", op_mmap, 20 },
+	{ "unmap", op_unmap, 6 },
+	{ "ring", op_ring, 60 },
+	{ "sock_new", op_sock_new, 6 },
+	{ "sock_give", op_sock_give, 4 },
+	{ "sock_oldfd", op_sock_oldfd, 8 },
+	{ "listen", op_listen, 2 },
+	{ "destroy_listen", op_destroy_lst, 2 },
+	{ "accept_listen", op_accept_listen, 2 },
+	{ "pair_connect", op_pair_connect, 10 },
+	{ "raw_peer", op_raw_peer, 2 },
+	{ "race_destroy", op_race_destroy, 2 },
+	{ "race_close", op_race_close, 2 },
+	{ "race_accept", op_race_accept, 2 },
 	{ "fork", op_fork, 1 },
-	{ "buf_churn", op_buf_churn, 1 },
+	{ "buf_churn", op_buf_churn, 2 },
 };
 
 static int op_total_weight;
@@ -3162,6 +3165,8 @@ int main(int argc, char **argv)
 			off += snprintf(errs + off, sizeof(errs) - off, "%s%s:%ld",
 					off ? "," : "", ename(i), n);
 	}
+	say("# kiwarp<->kiwarp connections established: %ld\n",
+	    atomic_load(&pairs_up));
 	say("# per op: name calls seconds\n");
 	for (k = 0; k < (int)ARRAY_SIZE(opdefs); k++)
 		say("#   %-16s %7ld %7.1f\n", opdefs[k].name,
