@@ -201,6 +201,15 @@ void kw_mr_put(struct kw_mr *mr)
 	kref_put(&mr->ref, mr_release);
 }
 
+/* Process context, no locks: the last put unpins and uncharges at once. */
+static void mr_release_now(struct kref *ref)
+{
+	struct kw_mr *mr = container_of(ref, struct kw_mr, ref);
+
+	might_sleep();
+	mr_release_work(&mr->release_work);
+}
+
 struct kw_mr *kw_mr_get(u32 stag)
 {
 	struct kw_mr *mr;
@@ -483,7 +492,12 @@ int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 	if (ret)
 		return ret;
 	mr_revoke(mr);
-	kw_mr_put(mr);
+	/*
+	 * Usually the last reference: then the pages are unpinned and
+	 * RLIMIT_MEMLOCK uncharged before DEREG_MR returns, so registering
+	 * again right away is not refused for memory just given back.
+	 */
+	kref_put(&mr->ref, mr_release_now);
 	return 0;
 }
 

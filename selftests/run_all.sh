@@ -62,7 +62,10 @@ single() {
 suite unit make -s -C selftests/unit check
 suite lib make -s -C lib check
 single fuzz-smoke make -s -C selftests/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"
-suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" -- selftests/vm/run.sh
+# preempt=full: Debian's kernel is PREEMPT_DYNAMIC (voluntary by default);
+# full preemption opens the race windows the security tests aim at.
+suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" \
+	--append preempt=full -- selftests/vm/run.sh
 
 # Wire interoperability with upstream siw + rdma-core (built at test time
 # from linux-source-6.1, never committed) and Wireshark decode of captures:
