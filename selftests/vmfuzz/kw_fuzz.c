@@ -86,6 +86,7 @@ static int cfg_drop = 1;
 static int cfg_fork = 1;
 static long cfg_memlock = 8L << 20;
 static const char *cfg_dev = "/dev/kiwarp";
+static const char *cfg_only, *cfg_skip;	/* comma-separated op names */
 
 static long page_sz;
 static double t_start;
@@ -935,17 +936,17 @@ static void op_destroy(struct th *t, int type)
 	ret = judge(t, kioctl(t, fd, cmd[type], &h), E_BASE | E(EBUSY));
 	if (ret)
 		return;
+	/*
+	 * Whatever the handle was picked as (live, stale, random, another
+	 * context's), the object it named in fd's context is gone.
+	 */
+	(void)gen;
 	lock_tbl();
-	if (slot >= 0 && objs[slot].gen == gen && objs[slot].handle == h.handle &&
-	    fd_ctx(fd) == objs[slot].ctx) {
-		obj_kill(slot);
-	} else {	/* a random or cross-context handle hit something */
-		ctx = fd_ctx(fd);
-		for (slot = 0; slot < MAX_OBJ; slot++)
-			if (objs[slot].type == type && objs[slot].live &&
-			    objs[slot].ctx == ctx && objs[slot].handle == h.handle)
-				obj_kill(slot);
-	}
+	ctx = fd_ctx(fd);
+	for (slot = 0; slot < MAX_OBJ; slot++)
+		if (objs[slot].type == type && objs[slot].live &&
+		    objs[slot].ctx == ctx && objs[slot].handle == h.handle)
+			obj_kill(slot);
 	unlock_tbl();
 }
 
@@ -1299,6 +1300,11 @@ static void op_mmap(struct th *t)
 	      flags);
 	p = mmap(NULL, size, prot, flags, fd, off);
 	ret = p == MAP_FAILED ? -errno : 0;
+	if (!ret) {
+		size_t l = strlen(t->desc);
+
+		snprintf(t->desc + l, sizeof(t->desc) - l, " -> %p", p);
+	}
 	judge(t, ret, E(EINVAL) | E(EPERM) | E(EACCES) | E(ENOMEM) |
 	      E(EOVERFLOW) | E(EAGAIN) | E_FD);
 	if (ret)
@@ -1310,9 +1316,16 @@ static void op_mmap(struct th *t)
 		if (objs[slot].live && objs[slot].gen == gen &&
 		    fd_ctx(fd) == ctx && !ctx_taint[ctx % MAX_CTX] &&
 		    maps_kiwarp((uintptr_t)p, 0))
-			finding(t, size != g.size ? "ring mapped with wrong size" :
-				(prot & PROT_EXEC) ? "ring mapped executable" :
-				"ring mapped private");
+		{
+			char why[96];
+
+			snprintf(why, sizeof(why), "%s (ring %#llx bytes, %u entries)",
+				 size != g.size ? "ring mapped with wrong size" :
+				 (prot & PROT_EXEC) ? "ring mapped executable" :
+				 "ring mapped private",
+				 (unsigned long long)g.size, g.entries);
+			finding(t, why);
+		}
 		unlock_tbl();
 	}
 	lock_tbl();
@@ -2744,7 +2757,7 @@ static void op_destroy_cq(struct th *t) { op_destroy(t, O_CQ); }
 static void op_destroy_qp(struct th *t) { op_destroy(t, O_QP); }
 static void op_destroy_lst(struct th *t) { op_destroy(t, O_LST); }
 
-static const struct opdef opdefs[] = {
+static struct opdef opdefs[] = {
 	{ "open", op_open, 6 },
 	{ "dup", op_dup, 2 },
 	{ "close_dev", op_close_dev, 2 },
@@ -2780,6 +2793,20 @@ static const struct opdef opdefs[] = {
 };
 
 static int op_total_weight;
+
+/* Whether name is an element of the comma-separated list. */
+static int in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	const char *p = list;
+
+	while ((p = strstr(p, name))) {
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n]))
+			return 1;
+		p += n;
+	}
+	return 0;
+}
 static atomic_long op_count[64];
 static _Atomic double op_secs[64];
 
@@ -2965,7 +2992,7 @@ static void usage(const char *p)
 	fprintf(stderr,
 		"usage: %s [--seed S] [--ops N] [--seconds T] [--threads K]\n"
 		"          [--hang SEC] [--memlock BYTES] [--no-drop] [--no-fork]\n"
-		"          [--dev PATH] [-v]\n"
+		"          [--dev PATH] [--only OP,..] [--skip OP,..] [-v]\n"
 		"Defaults: --seconds 60 (or $KIWARP_FUZZ_SECONDS), --threads 3,\n"
 		"seed from the clock (or $KIWARP_FUZZ_SEED). Replay: --threads 1.\n", p);
 	exit(2);
@@ -3019,6 +3046,10 @@ int main(int argc, char **argv)
 			cfg_memlock = atol(v);
 		else if (!strcmp(a, "--dev"))
 			cfg_dev = v;
+		else if (!strcmp(a, "--only"))
+			cfg_only = v;
+		else if (!strcmp(a, "--skip"))
+			cfg_skip = v;
 		else
 			usage(argv[0]);
 	}
@@ -3028,8 +3059,14 @@ int main(int argc, char **argv)
 		usage(argv[0]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	page_sz = sysconf(_SC_PAGESIZE);
-	for (k = 0; k < (int)ARRAY_SIZE(opdefs); k++)
+	for (k = 0; k < (int)ARRAY_SIZE(opdefs); k++) {
+		if ((cfg_only && !in_list(cfg_only, opdefs[k].name)) ||
+		    (cfg_skip && in_list(cfg_skip, opdefs[k].name)))
+			opdefs[k].weight = 0;
 		op_total_weight += opdefs[k].weight;
+	}
+	if (!op_total_weight)
+		usage(argv[0]);
 	for (i = 0; i < (int)sizeof(pdata); i++)
 		pdata[i] = i * 7;
 
