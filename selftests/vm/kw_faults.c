@@ -348,16 +348,20 @@ static int ctl_recv(uint32_t type, uint32_t conn, struct msg *m, int ms)
 {
 	struct pollfd pfd = { .fd = ctl, .events = POLLIN };
 
-	if (poll(&pfd, 1, ms) != 1)
-		return -ETIMEDOUT;
-	if (recv(ctl, m, sizeof(*m), 0) != sizeof(*m))
-		return -EPIPE;
-	if (m->type != type || m->conn != conn) {
+	for (;;) {
+		if (poll(&pfd, 1, ms) != 1)
+			return -ETIMEDOUT;
+		if (recv(ctl, m, sizeof(*m), 0) != sizeof(*m))
+			return -EPIPE;
+		/* a side killed before reading left its message behind */
+		if (m->conn < conn)
+			continue;
+		if (m->type == type && m->conn == conn)
+			return 0;
 		fail(conn, "control: got %u/%u, want %u/%u", m->type, m->conn,
 		     type, conn);
 		return -EPROTO;
 	}
-	return 0;
 }
 
 /* ------------------------------------------------------------ connection */
