@@ -914,7 +914,6 @@ static void op_destroy(struct th *t, int type)
 	};
 	struct kiwarp_handle h = { 0 };
 	int fd, ctx, slot;
-	unsigned gen = 0;
 	long ret;
 
 	lock_tbl();
@@ -927,7 +926,6 @@ static void op_destroy(struct th *t, int type)
 	if (slot >= 0) {
 		ctx = objs[slot].ctx;
 		fd = op_fd(t, ctx);
-		gen = objs[slot].gen;
 	}
 	unlock_tbl();
 	if (chance(&t->r, 2))
@@ -940,7 +938,6 @@ static void op_destroy(struct th *t, int type)
 	 * Whatever the handle was picked as (live, stale, random, another
 	 * context's), the object it named in fd's context is gone.
 	 */
-	(void)gen;
 	lock_tbl();
 	ctx = fd_ctx(fd);
 	for (slot = 0; slot < MAX_OBJ; slot++)
@@ -1305,8 +1302,12 @@ static void op_mmap(struct th *t)
 
 		snprintf(t->desc + l, sizeof(t->desc) - l, " -> %p", p);
 	}
+	/*
+	 * EBUSY: fd was closed meanwhile and its number reused by a socket
+	 * that kiwarp took (its mmap fails with -EBUSY, uapi: SOCKETS).
+	 */
 	judge(t, ret, E(EINVAL) | E(EPERM) | E(EACCES) | E(ENOMEM) |
-	      E(EOVERFLOW) | E(EAGAIN) | E_FD);
+	      E(EOVERFLOW) | E(EAGAIN) | E(EBUSY) | E_FD);
 	if (ret)
 		return;
 	if (slot >= 0 && off == g.off &&
