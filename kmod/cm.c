@@ -637,9 +637,8 @@ static void cm_fail(struct kw_qp *qp)
 	mutex_lock(&qp->tx_mutex);
 	kw_cm_release_sock(qp);
 	mutex_unlock(&qp->tx_mutex);
-	spin_lock_bh(&qp->lock);
-	qp->state = KIWARP_QPS_ERROR;
-	spin_unlock_bh(&qp->lock);
+	/* ERROR flushes what was posted before the connection (receives) */
+	kw_qp_set_error(qp);
 }
 
 /*

@@ -93,6 +93,12 @@ int main(int argc, char **argv)
 					break;
 				}
 		kwt_ncases = n;
+		if (!n) {	/* a filter that selects nothing is a mistake */
+			printf("TAP version 13\n1..1\nnot ok 1 - %s: no test "
+			       "matches the arguments\n# 0 passed, 1 failed\n",
+			       argv[0]);
+			return 1;
+		}
 	}
 	printf("TAP version 13\n1..%d\n", kwt_ncases);
 	for (i = 0; i < kwt_ncases; i++) {
