@@ -43,7 +43,7 @@
  *
  * Phases (one TAP line each): traffic (orderly, large ops), churn (short
  * connections, all plans but kill), kill, after (orderly again),
- * resources. --smoke (default): 6 + 60 + 20 + 2 connections; --long:
+ * resources. --smoke (default): 4 + 30 + 20 + 2 connections; --long:
  * 50 + 3000 + 500 + 2. --inject N corrupts the Nth Send received on each
  * side, to show that the checks fail.
  *
@@ -1390,7 +1390,7 @@ int main(int argc, char **argv)
 		.addr = "127.0.0.1", .seed = 1, .rounds = 6,
 		.maxsz = 256 * 1024, .rb = 1024 * 1024, .timeout = 600,
 	};
-	unsigned n_traffic = 6, n_churn = 60, n_kill = 20;
+	unsigned n_traffic = 4, n_churn = 30, n_kill = 20;
 	long long pin0, pin1, cg0, cg1, sl0, sl1;
 	struct cfg c;
 	int o;
@@ -1398,7 +1398,7 @@ int main(int argc, char **argv)
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
-			n_traffic = 6, n_churn = 60, n_kill = 20;
+			n_traffic = 4, n_churn = 30, n_kill = 20;
 			break;
 		case 'l':
 			n_traffic = 50, n_churn = 3000, n_kill = 500;
