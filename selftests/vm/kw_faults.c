@@ -730,7 +730,7 @@ static int conn_connect(struct conn *k, uint16_t port)
 	} else {
 		/* a killed client may never connect: do not wait long */
 		ret = kw_accept(k->qp, -1, k->lsn,
-				k->plan.kind == P_KILL ? 8000 : 30000, &req);
+				k->plan.kind == P_KILL ? 4000 : 30000, &req);
 		peer = (const void *)req.pdata;
 		len = req.pdata_len;
 	}
