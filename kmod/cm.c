@@ -1002,29 +1002,64 @@ static struct kw_listener *listener_get(struct kw_ctx *ctx, u32 handle)
 	return l;
 }
 
-/* The listener's next connection, charged to the caller. */
-static int accept_sock(struct kw_ctx *ctx, struct kiwarp_accept *arg,
-		       struct socket **sockp, kuid_t *uid)
+/* A connection is queued, or the listener was shut down. */
+static bool accept_ready(struct sock *sk)
+{
+	return !reqsk_queue_empty(&inet_csk(sk)->icsk_accept_queue) ||
+	       READ_ONCE(sk->sk_state) != TCP_LISTEN;
+}
+
+/*
+ * The listener's next connection for qp, charged to the caller. Waits
+ * interruptibly up to timeout_ms (0: no limit), and ends when the
+ * listener is destroyed (its shutdown wakes us) or qp is (noticed within
+ * ACCEPT_POLL: the wait is on the listener's queue, which destroy does
+ * not know). The deadline is ours, not the listener's SO_RCVTIMEO, which
+ * ACCEPTs with other timeouts share.
+ */
+#define ACCEPT_POLL	(HZ / 10)
+static int accept_sock(struct kw_ctx *ctx, struct kw_qp *qp,
+		       struct kiwarp_accept *arg, struct socket **sockp,
+		       kuid_t *uid)
 {
 	struct kw_listener *l = listener_get(ctx, arg->listen_handle);
+	unsigned long deadline = jiffies + msecs_to_jiffies(arg->timeout_ms);
+	struct sock *sk;
+	long left;
 	int ret;
 
 	if (!l)
 		return -EINVAL;
+	sk = l->sock->sk;
 	*uid = current_uid();
 	ret = user_sock_charge(*uid);
 	if (ret)
 		goto out;
-	lock_sock(l->sock->sk);
-	l->sock->sk->sk_rcvtimeo = arg->timeout_ms ?
-		msecs_to_jiffies(arg->timeout_ms) : MAX_SCHEDULE_TIMEOUT;
-	release_sock(l->sock->sk);
-	/* interruptible; ends when the listener is destroyed */
-	ret = kernel_accept(l->sock, sockp, 0);
+	for (;;) {
+		ret = kernel_accept(l->sock, sockp, O_NONBLOCK);
+		if (ret != -EAGAIN)
+			break;
+		if (READ_ONCE(qp->dying)) {
+			ret = -EINVAL;
+			break;
+		}
+		left = ACCEPT_POLL;
+		if (arg->timeout_ms) {
+			if (time_after_eq(jiffies, deadline)) {
+				ret = -ETIMEDOUT;
+				break;
+			}
+			left = min_t(long, left, deadline - jiffies);
+		}
+		left = wait_event_interruptible_timeout(*sk_sleep(sk),
+							accept_ready(sk), left);
+		if (left < 0) {
+			ret = left;	/* -ERESTARTSYS */
+			break;
+		}
+	}
 	if (ret)
 		user_sock_uncharge(*uid);
-	if (ret == -EAGAIN)
-		ret = -ETIMEDOUT;
 out:
 	kref_put(&l->ref, listener_free);
 	return ret;
@@ -1058,7 +1093,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	if (arg->sockfd >= 0)
 		ret = sock_from_fd(arg->sockfd, &sock, &file);
 	else
-		ret = accept_sock(ctx, arg, &sock, &uid);
+		ret = accept_sock(ctx, qp, arg, &sock, &uid);
 	if (cm_relock(qp) && !ret) {
 		put_sock(sock, file, uid);
 		ret = -EINVAL;

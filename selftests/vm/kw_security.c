@@ -1343,19 +1343,6 @@ static uint32_t listen_lo(int fd, uint16_t *port)
 	return l.handle;
 }
 
-static int tcp_connect_port(uint16_t port)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = port };
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(s, (void *)&sin, sizeof(sin))) {
-		close(s);
-		return -1;
-	}
-	return s;
-}
-
 /* 0: DESTROY_QP on a listener ACCEPT; 1: DESTROY_LISTEN; 2: DESTROY_QP
  * on an ACCEPT of a socket fd whose peer never sends the MPA Request */
 static void accept_wake_one(int *kwt_fail, int mode)
@@ -1394,12 +1381,8 @@ static void accept_wake_one(int *kwt_fail, int mode)
 	dt = now() - t0;
 	EXPECT_EQ(ret, 0);
 	EXPECT_LT(dt, 1.0);
-	if (mode == 0) {
-		/* a connection arrives: the ACCEPT wakes and fails */
-		EXPECT_FALSE(wait_done(&a, 0.2));
-		c = tcp_connect_port(port);
-		EXPECT_GE(c, 0);
-	}
+	/* the ACCEPT ends by itself (the listener's wait notices the QP
+	 * dying within 100 ms): no connection has to arrive */
 	EXPECT_TRUE(wait_done(&a, 1.0));
 	note("%s: destroy %d in %.3f s, ACCEPT %d after %.3f s", names[mode],
 	     ret, dt, a.ret, a.done ? a.t_done - t0 : -1.0);

@@ -1819,8 +1819,17 @@ static void op_sock_new(struct th *t)
 			return;
 		}
 		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd >= 0 && connect(fd, (void *)&sin, sizeof(sin)))
-			ret = -errno;
+		if (fd >= 0) {
+			/* nobody may ACCEPT: once the listener's backlog is
+			 * full its SYNs are dropped and a blocking connect
+			 * retries for minutes */
+			struct timeval tv = { .tv_sec = 2 };
+
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
+				   sizeof(tv));
+			if (connect(fd, (void *)&sin, sizeof(sin)))
+				ret = -errno;
+		}
 		break;
 	}
 	}
@@ -1828,7 +1837,7 @@ static void op_sock_new(struct th *t)
 		ret = -errno;
 	judge(t, ret, E(EMFILE) | E(ENFILE) | E(ENOMEM) | E(ECONNREFUSED) |
 	      E(EADDRINUSE) | E(EAFNOSUPPORT) | E(EADDRNOTAVAIL) |
-	      E(ETIMEDOUT) | E(ENOBUFS));
+	      E(ETIMEDOUT) | E(ENOBUFS) | E(EINPROGRESS));
 	add_sock(t, fd, kind);
 	add_sock(t, fd2, kind);
 }

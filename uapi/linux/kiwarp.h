@@ -116,7 +116,9 @@
  * hooks or seccomp, which a module cannot apply), CONNECT by address and
  * LISTEN need CAP_NET_ADMIN in the initial user namespace (-EPERM).
  * CONNECT and ACCEPT wait for the TCP connection interruptibly; a
- * DESTROY_QP meanwhile makes them fail with -EINVAL once they wake. With MPA revision 2 the 4-byte IRD/ORD field travels inside
+ * DESTROY_QP meanwhile makes them fail with -EINVAL (an ACCEPT waiting on
+ * a listener within 100 ms; a CONNECT when its TCP connect returns), and
+ * so does a DESTROY_LISTEN for the ACCEPTs on that listener. With MPA revision 2 the 4-byte IRD/ORD field travels inside
  * the private data, so at most 508 bytes of ULP private data fit
  * (-EMSGSIZE). On -ECONNREFUSED the structure is still copied back:
  * peer_private_data_len and the peer's private data are valid.
