@@ -11,7 +11,7 @@ struct fctx {
 	bool any;
 	struct kw_mr_view mr[2];
 	u8 mem[2][4096];
-	struct kw_rx_buf buf;
+	struct kw_rx_buf buf, bad_buf;
 	u8 sink[64];
 };
 
@@ -22,8 +22,16 @@ static int f_lookup(void *ctx, u32 stag, u8 opcode, struct kw_mr_view *mr)
 
 	(void)opcode;
 	if (f->any) {
+		/* the glue's other answers, picked by STag bits: another
+		 * PD, an invalidated MR, no remote rights */
 		*mr = f->mr[0];
 		mr->stag = stag;
+		if (stag & 0x40000000)
+			mr->pd = 2;
+		if (stag & 0x20000000)
+			mr->valid = false;
+		if (stag & 0x10000000)
+			mr->access = KW_ACC_LOCAL_WRITE;
 		return 0;
 	}
 	for (i = 0; i < 2; i++)
@@ -40,7 +48,8 @@ static int f_get(void *ctx, u32 msn, const struct kw_rx_buf **buf)
 
 	if (msn & 0x100)
 		return -ENOENT;
-	*buf = &f->buf;
+	/* a buffer whose MR was invalidated, or is of another PD */
+	*buf = (msn & 0x200) ? &f->bad_buf : &f->buf;
 	return 0;
 }
 
@@ -111,6 +120,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f.buf.sge[2].addr = 0x10000 + 2048 - 500;
 	f.buf.sge[2].len = 500;
 	f.buf.total = 1507;
+	f.bad_buf = f.buf;
+	f.bad_buf.sge[1].mr.valid = false;
+	f.bad_buf.sge[2].mr.pd = 2;
 
 	kw_rx_init(&rx, &ops, &f, data[0] & 1, 1);
 	data++;
