@@ -439,8 +439,8 @@ static int sq_pull_locked(struct kw_qp *qp)
 	return n;
 }
 
-/* To ERROR, flushing everything (also what is still in the SQ ring). */
 /*
+ * To ERROR, flushing everything (also what is still in the SQ ring).
  * Returns true if the QP entered ERROR here: only then is err_work queued,
  * as err_work's shutdown makes TCP call kw_state_change(), which lands here
  * again and must not queue err_work once more (it would loop forever).
