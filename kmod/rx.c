@@ -235,7 +235,14 @@ static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
 			     KW_TERM_RDMAP_ACCESS);
 			goto bad;
 		}
-		if (r.src_to + r.size < r.src_to) {
+		/*
+		 * Our Read Response segments carry sink TOs: a sink range
+		 * that wraps could only produce segments the peer must
+		 * refuse, so refuse the request (the sink is otherwise the
+		 * requester's to check, RFC 5041 section 7).
+		 */
+		if (r.src_to + r.size < r.src_to ||
+		    r.sink_to + r.size < r.sink_to) {
 			term(t, KW_TERM_LAYER_RDMAP,
 			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
 			     KW_TERM_RDMAP_TO_WRAP);

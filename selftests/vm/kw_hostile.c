@@ -448,6 +448,29 @@ TEST(read_request_out_of_bounds)
 	kend_fini(&k);
 }
 
+/* A Read Request whose sink range wraps past 2^64: refused, not echoed. */
+TEST(read_request_sink_wraps)
+{
+	static struct kend k;
+	uint8_t rr[KW_READ_REQ_LEN];
+	struct kw_read_req r;
+	struct kw_tx_msg m = { .opcode = KW_OP_READ_REQ, .qn = 1, .msn = 1,
+			       .inline_len = KW_READ_REQ_LEN };
+
+	setup(&k, true, kwt_fail);
+	r = (struct kw_read_req){ .sink_stag = 9, .sink_to = ~0ULL - 10,
+				  .size = 64, .src_stag = k.mr->stag,
+				  .src_to = (uintptr_t)k.buf };
+	kw_read_req_encode(&r, rr);
+	m.inline_data = rr;
+	raw_send(&k, &m, rr, 0);
+	raw_expect_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+			KW_TERM_RDMAP_TO_WRAP, kwt_fail);
+	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+		       KW_TERM_RDMAP_TO_WRAP, kwt_fail);
+	kend_fini(&k);
+}
+
 /* More Read Requests at once than the IRD we granted (1). */
 TEST(read_requests_beyond_ird)
 {

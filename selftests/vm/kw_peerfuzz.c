@@ -29,7 +29,7 @@
  * Deterministic per --seed (timing aside); a watchdog fails a hang.
  *
  *   kw_peerfuzz [--seed S] [--conns N] [--seconds T] [--jobs J] [-v]
- *               [--first I] [--known mpa-flush]
+ *               [--first I]
  * Connection i is generated from (S, i) alone: --first I --conns I+1
  * replays connection I of a run.
  */
@@ -61,14 +61,6 @@ static long opt_conns = 200;
 static double opt_seconds = 1e9;
 static int opt_jobs = 4;
 static int opt_verbose;
-/*
- * --known BUG: count a known kiwarp bug (by tag) instead of failing on it,
- * so a long campaign can look for new ones while a fix is pending.
- *   mpa-flush  receives posted before ACCEPT are not flushed when the
- *              MPA exchange fails (cm_fail() sets ERROR without a flush)
- */
-static bool known_mpa_flush;
-static long known_hits;
 
 /* ------------------------------------------------------------ random */
 
@@ -175,7 +167,6 @@ struct stats {
 	long mo[MUT_NKINDS][OUT_NKINDS];	/* outcome per mutation */
 	long term[3][4][256];	/* kiwarp's Terminate: layer, etype, ecode */
 	long wc[16];		/* completion statuses */
-	long wrap_echo;		/* Read Responses to a wrapping sink TO */
 };
 
 static struct stats gstats;
@@ -317,7 +308,6 @@ struct conn {
 	int nrecv;
 	bool recv_posted;
 	bool qp_was_rts;
-	bool known_hit;
 	int nksend;			/* kiwarp's SQ WRs */
 	int kread;			/* its RDMA Read WR, or -1 */
 	uint32_t kord;			/* kiwarp's negotiated ORD */
@@ -1517,12 +1507,6 @@ static void check_completions(struct conn *c, double bound)
 			usleep(1000);
 	}
 	if (got != want) {
-		if (known_mpa_flush && !c->qp_was_rts && got == 0) {
-			/* (DESTROY_QP flushes them, see run_conn()) */
-			__atomic_add_fetch(&known_hits, 1, __ATOMIC_RELAXED);
-			c->known_hit = true;
-			return;
-		}
 		cfail(c, "%d completions for %d posted WRs", got, want);
 	}
 	for (i = 0; i < c->nrecv && c->recv_posted; i++)
@@ -1748,7 +1732,6 @@ static void run_conn(struct conn *c)
 	c->nksend = 0;
 	c->recv_posted = false;
 	c->qp_was_rts = false;
-	c->known_hit = false;
 	c->got_term = c->sink_err = c->write_failed = false;
 	c->sink_send_seen = 0;
 	c->sink_wgot = 0;
@@ -1949,13 +1932,7 @@ static void run_conn(struct conn *c)
 		if (clean && c->outcome != OUT_CLEAN &&
 		    !(c->has_term && c->outcome == OUT_PEER_TERM))
 			cfail(c, "valid stream ended %s", out_name[c->outcome]);
-		if (c->sink_err && !clean && rx.term.layer == KW_TERM_LAYER_DDP &&
-		    rx.term.etype == KW_TERM_DDP_ETYPE_TAGGED &&
-		    rx.term.ecode == KW_TERM_DDP_T_TO_WRAP) {
-			/* our mutated Read Request named a sink TO whose range
-			 * wraps; kiwarp (the responder) echoes it */
-			w->st.wrap_echo++;
-		} else if (c->sink_err)
+		if (c->sink_err)
 			cfail(c, "kiwarp's stream does not parse (state %d, term %u/%u/0x%x)",
 			      rx.state, rx.term.layer, rx.term.etype,
 			      rx.term.ecode);
@@ -2032,8 +2009,6 @@ out:
 		struct kiwarp_cqe extra;
 
 		kw_destroy_qp(c->qp);
-		while (c->known_hit && kw_poll_cq(c->cq, 1, &extra) > 0)
-			;
 		if (c->cq && kw_poll_cq(c->cq, 1, &extra) > 0)
 			cfail(c, "completion after drain (wr_id 0x%" PRIx64 ")",
 			      (uint64_t)extra.wr_id);
@@ -2167,7 +2142,6 @@ static void merge(struct stats *d, const struct stats *s)
 	d->bytes += s->bytes;
 	d->ops += s->ops;
 	d->verified_ops += s->verified_ops;
-	d->wrap_echo += s->wrap_echo;
 	for (i = 0; i < MUT_NKINDS; i++)
 		d->mut[i] += s->mut[i];
 	for (i = 0; i < OUT_NKINDS; i++)
@@ -2227,11 +2201,8 @@ int main(int argc, char **argv)
 			opt_jobs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-v"))
 			opt_verbose = 1;
-		else if (!strcmp(argv[i], "--known") && i + 1 < argc &&
-			 !strcmp(argv[i + 1], "mpa-flush"))
-			known_mpa_flush = true, i++;
 		else {
-			fprintf(stderr, "usage: %s [--seed S] [--conns N] [--seconds T] [--jobs J] [--first I] [--known mpa-flush] [-v]\n",
+			fprintf(stderr, "usage: %s [--seed S] [--conns N] [--seconds T] [--jobs J] [--first I] [-v]\n",
 				argv[0]);
 			return 2;
 		}
@@ -2294,12 +2265,6 @@ int main(int argc, char **argv)
 		if (s->wc[i])
 			printf(" %s %ld;", wc_name(i), s->wc[i]);
 	printf("\n# pinned pages: %ld before, %ld after\n", pin0, pin1);
-	if (s->wrap_echo)
-		printf("# note: %ld Read Response(s) to a mutated sink TO + size that wraps 2^64 (kiwarp does not check the sink range of a Read Request)\n",
-		       s->wrap_echo);
-	if (known_mpa_flush)
-		printf("# known bug mpa-flush (receives not flushed after a failed MPA exchange): %ld connections\n",
-		       known_hits);
 
 	ok = !s->failed && s->conns > 0 && pin0 == pin1 &&
 	     (next_conn == opt_conns || dt >= opt_seconds);
