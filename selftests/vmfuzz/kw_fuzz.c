@@ -1837,7 +1837,9 @@ static void op_sock_new(struct th *t)
 		ret = -errno;
 	judge(t, ret, E(EMFILE) | E(ENFILE) | E(ENOMEM) | E(ECONNREFUSED) |
 	      E(EADDRINUSE) | E(EAFNOSUPPORT) | E(EADDRNOTAVAIL) |
-	      E(ETIMEDOUT) | E(ENOBUFS) | E(EINPROGRESS));
+	      E(ETIMEDOUT) | E(ENOBUFS) | E(EINPROGRESS) |
+	      /* the kiwarp listener was destroyed mid-handshake */
+	      E(ECONNRESET));
 	add_sock(t, fd, kind);
 	add_sock(t, fd2, kind);
 }
