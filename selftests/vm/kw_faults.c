@@ -47,6 +47,12 @@
  * 50 + 3000 + 500 + 2. --inject N corrupts the Nth Send received on each
  * side, to show that the checks fail.
  *
+ * A phase that outlives its limit (300 s smoke, 7200 s long; a smoke phase
+ * takes seconds) is a failure: the orchestrator prints every process of
+ * the test with the kernel stack of each thread, asks each worker for its
+ * connection's state (SIGUSR1: where it waits, rounds, WR counts, QP
+ * state), kills the workers and skips the remaining phases.
+ *
  * The orchestrator compares pinned pages (nr_foll_pin_*) and, when a memory
  * cgroup is available, the kernel memory charged to the test's cgroup
  * (kiwarp allocates with __GFP_ACCOUNT) before and after all phases.
@@ -74,6 +80,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +130,8 @@ static struct stats *st;
 static struct cfg g;
 static int my_side = -1;
 static int cur_plan;	/* for messages */
+static const char *volatile where = "start";	/* for the timeout dump */
+static struct conn *volatile cur_k;
 static unsigned inject;	/* --inject N: flip a bit of the Nth Send received */
 
 static double now(void)
@@ -851,12 +860,15 @@ static int run_conn(struct conn *k)
 	struct msg m;
 	int ret;
 
+	cur_k = k;
+	where = "setup";
 	ret = conn_setup(k);
 	if (ret) {
 		fail(k->c, "setup: %d", ret);
 		goto out;
 	}
 	/* server: READY(port, pid); client: HELLO(pid), then connect */
+	where = "control";
 	if (my_side == SERVER) {
 		ctl_send(M_READY, k->c, kw_listener_port(k->lsn));
 		ret = ctl_recv(M_HELLO, k->c, &m, 60000);
@@ -874,6 +886,7 @@ static int run_conn(struct conn *k)
 		pthread_create(&kl.t, NULL, killer_fn, &kl);
 		armed = true;
 	}
+	where = my_side == CLIENT ? "connect" : "accept";
 	ret = conn_connect(k, m.port);
 	if (ret) {
 		/* only a peer that was killed or exited may fail the setup */
@@ -887,6 +900,7 @@ static int run_conn(struct conn *k)
 		goto survivor_wait;
 	}
 	k->connected = true;
+	where = "transfer";
 	if (victim && k->plan.kind != P_KILL && k->plan.point == 0)
 		teardown = true;	/* right after connecting */
 
@@ -1028,6 +1042,7 @@ survivor_wait:
 			     k->r_cur, k->tok_sent, k->peer_tok, k->sq.done,
 			     k->sq.posted, k->rq.done, k->rq.posted);
 		/* done before the killer fired: wait for it */
+		where = "waiting to be killed";
 		for (;;)
 			pause();
 	}
@@ -1035,13 +1050,16 @@ survivor_wait:
 		struct msg m;
 
 		/* neither side closes before the other has everything */
+		where = "done";
 		ctl_send(M_DONE, k->c, 0);
 		if (ctl_recv(M_DONE, k->c, &m, 60000))
 			fail(k->c, "no DONE from the peer");
 	}
 out:
+	where = "joining the killer";
 	if (armed)
 		pthread_join(kl.t, NULL);
+	where = "close";
 	conn_close(k);
 	account(k);
 	return 0;
@@ -1097,6 +1115,48 @@ static int conn_fresh(struct conn *k)
 	return 0;
 }
 
+/*
+ * SIGUSR1 (sent by the orchestrator when a phase times out): where this
+ * process is and what its connection has done. Diagnostics only: snprintf
+ * is not async-signal-safe, the process is killed right after.
+ */
+static void dump_state(int sig)
+{
+	struct conn *k = cur_k;
+	struct kiwarp_query_qp q = { 0 };
+	char b[512];
+	int n;
+
+	(void)sig;
+	if (!k) {
+		n = snprintf(b, sizeof(b), "#   %s pid %d: %s, no connection\n",
+			     side_name[my_side], getpid(), where);
+		if (write(1, b, n) < 0)
+			return;
+		return;
+	}
+	if (k->qp && kw_query_qp(k->qp, &q))
+		q.state = ~0U;
+	n = snprintf(b, sizeof(b),
+		     "#   %s pid %d: conn %u (%s, victim %s, point %u) %s: "
+		     "%s%s round %u/%u tok %u/%u peer data %u, sq %u/%u rq "
+		     "%u/%u, probes %u/%u, QP %s tx %llu rx %llu, term sent "
+		     "%u/%u/%#x rcvd %u/%u/%#x\n",
+		     side_name[my_side], getpid(), k->c,
+		     plan_name[k->plan.kind], side_name[k->plan.victim],
+		     k->plan.point, where, k->connected ? "connected" : "-",
+		     k->err ? ", error" : "", k->r_cur, k->plan.rounds,
+		     k->tok_sent, k->peer_tok, k->peer_data_done, k->sq.done,
+		     k->sq.posted, k->rq.done, k->rq.posted, k->probes_done,
+		     k->probes, k->qp ? kw_qp_state_str(q.state) : "none",
+		     (unsigned long long)q.tx_bytes,
+		     (unsigned long long)q.rx_bytes, q.term_sent.layer,
+		     q.term_sent.etype, q.term_sent.ecode, q.term_rcvd.layer,
+		     q.term_rcvd.etype, q.term_rcvd.ecode);
+	if (write(1, b, n) < 0)
+		return;
+}
+
 static void worker(int side)
 {
 	struct kw_device *dev;
@@ -1106,6 +1166,7 @@ static void worker(int side)
 	int ret;
 
 	my_side = side;
+	signal(SIGUSR1, dump_state);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (enter_ns(g.ns[side]))
 		_exit(2);
@@ -1135,6 +1196,7 @@ static void worker(int side)
 				fflush(stdout);
 				_exit(0);
 			}
+			where = "waiting for the child";
 			if (pid < 0 || waitpid(pid, &status, 0) != pid) {
 				fail(c, "fork/wait");
 				continue;
@@ -1278,7 +1340,110 @@ static void cg_leave(void)
 
 /* ------------------------------------------------------------ phases */
 
+static void print_file(const char *path, const char *prefix)
+{
+	char line[256];
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		printf("%s%s%s", prefix, line,
+		       strchr(line, '\n') ? "" : "\n");
+	fclose(f);
+}
+
+/* "pid (comm) state" of a task */
+static void print_task(const char *stat)
+{
+	char buf[256], *e;
+	FILE *f = fopen(stat, "r");
+
+	if (!f)
+		return;
+	if (fgets(buf, sizeof(buf), f) && (e = strrchr(buf, ')')) && e[1]) {
+		e[3] = 0;
+		printf("#   task %s\n", buf);
+	}
+	fclose(f);
+}
+
+/*
+ * A phase timed out: print every descendant of ours with the kernel stack
+ * and wait channel of each of its threads, then ask each worker for its
+ * own account (SIGUSR1, dump_state).
+ */
+static void dump_procs(void)
+{
+	enum { MAXP = 256 };
+	pid_t pid[MAXP], ppid[MAXP], mine[MAXP];
+	int np = 0, nm = 0, i, j, grew = 1;
+	struct dirent *d;
+	DIR *dir = opendir("/proc");
+	char path[96], buf[256];
+
+	if (!dir)
+		return;
+	while ((d = readdir(dir)) && np < MAXP) {
+		FILE *f;
+		int p, pp;
+
+		if (!(p = atoi(d->d_name)))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", p);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && strrchr(buf, ')') &&
+		    sscanf(strrchr(buf, ')') + 2, "%*c %d", &pp) == 1) {
+			pid[np] = p;
+			ppid[np++] = pp;
+		}
+		fclose(f);
+	}
+	closedir(dir);
+	mine[nm++] = getpid();
+	while (grew) {
+		grew = 0;
+		for (i = 0; i < np; i++) {
+			bool have = false, parent = false;
+
+			for (j = 0; j < nm; j++) {
+				have |= mine[j] == pid[i];
+				parent |= mine[j] == ppid[i];
+			}
+			if (parent && !have && nm < MAXP) {
+				mine[nm++] = pid[i];
+				grew = 1;
+			}
+		}
+	}
+	for (i = 1; i < nm; i++) {
+		snprintf(path, sizeof(path), "/proc/%d/task", mine[i]);
+		dir = opendir(path);
+		if (!dir)
+			continue;
+		while ((d = readdir(dir))) {
+			int t = atoi(d->d_name);
+
+			if (!t)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+				 mine[i], t);
+			print_task(path);
+			snprintf(path, sizeof(path), "/proc/%d/task/%d/stack",
+				 mine[i], t);
+			print_file(path, "#     ");
+		}
+		closedir(dir);
+	}
+	for (i = 1; i < nm; i++)
+		kill(mine[i], SIGUSR1);
+	usleep(500000);
+}
+
 static int tap_n, tap_pass, tap_fail;
+static bool timed_out;	/* a phase timed out: skip the rest */
 
 static void tap(bool ok, const char *fmt, ...)
 {
@@ -1301,9 +1466,13 @@ static void phase(const char *name, struct cfg c)
 	int sv[2];
 	pid_t pid[2];
 	int status[2] = { -1, -1 }, i, done = 0;
-	double t0 = now(), dt;
+	double t0 = now(), dt, killed = 0;
 	bool ok;
 
+	if (timed_out) {
+		tap(false, "%s: skipped, an earlier phase timed out", name);
+		return;
+	}
 	g = c;
 	memset(st, 0, sizeof(*st));
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv)) {
@@ -1332,14 +1501,24 @@ static void phase(const char *name, struct cfg c)
 				done++;
 			}
 		}
-		if (done < 2 && now() - t0 > g.timeout) {
-			printf("# %s: timeout after %.0f s, killing workers\n",
+		if (done < 2 && !killed && now() - t0 > g.timeout) {
+			printf("# %s: timeout after %.0f s; processes:\n",
 			       name, g.timeout);
+			dump_procs();
+			printf("# %s: killing workers\n", name);
 			for (i = 0; i < 2; i++)
 				if (status[i] == -1)
 					kill(pid[i], SIGKILL);
 			atomic_fetch_add(&st->fails, 1);
-			g.timeout = 1e9;
+			killed = now();
+			timed_out = true;
+		}
+		if (done < 2 && killed && now() - killed > 30) {
+			printf("# %s: workers not gone 30 s after SIGKILL:\n",
+			       name);
+			dump_procs();
+			tap(false, "%s: unkillable workers", name);
+			return;
 		}
 		if (done < 2)
 			usleep(20000);
@@ -1366,6 +1545,7 @@ static void usage(void)
 "usage: kw_faults [--smoke|--long] [--ns-a NAME --ns-b NAME] [--addr IP]\n"
 "                 [--seed N] [--conns N] [--churn N] [--kills N]\n"
 "                 [--inject N]  (corrupt the Nth Send received: must fail)\n"
+"                 [--phase-timeout S]  (default 300, --long 7200)\n"
 "  Client in netns A, server (listening on IP, default 127.0.0.1) in\n"
 "  netns B (names under /run/netns; default: the current namespace).\n");
 	exit(2);
@@ -1384,13 +1564,15 @@ int main(int argc, char **argv)
 		{ "churn", required_argument, NULL, 'c' },
 		{ "kills", required_argument, NULL, 'k' },
 		{ "inject", required_argument, NULL, 'x' },
+		{ "phase-timeout", required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cfg base = {
 		.addr = "127.0.0.1", .seed = 1, .rounds = 6,
-		.maxsz = 256 * 1024, .rb = 1024 * 1024, .timeout = 600,
+		.maxsz = 256 * 1024, .rb = 1024 * 1024, .timeout = 300,
 	};
 	unsigned n_traffic = 4, n_churn = 30, n_kill = 20;
+	double phase_timeout = 0;
 	long long pin0, pin1, cg0, cg1, sl0, sl1;
 	struct cfg c;
 	int o;
@@ -1428,10 +1610,15 @@ int main(int argc, char **argv)
 		case 'x':
 			inject = atoi(optarg);
 			break;
+		case 't':
+			phase_timeout = atof(optarg);
+			break;
 		default:
 			usage();
 		}
 	}
+	if (phase_timeout > 0)
+		base.timeout = phase_timeout;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE,
