@@ -156,7 +156,7 @@ static const struct proto_ops *owned_orig(const struct socket *sock)
 	return ops;
 }
 
-static int owned_connect(struct socket *sock, struct sockaddr *a, int len,
+static int owned_connect(struct socket *sock, kw_sockaddr_arg *a, int len,
 			 int flags)
 {
 	return -EBUSY;
@@ -173,7 +173,7 @@ static int owned_shutdown(struct socket *sock, int how)
 }
 
 static int owned_accept(struct socket *sock, struct socket *newsock,
-			int flags, bool kern)
+			KW_ACCEPT_ARGS)
 {
 	return -EBUSY;
 }
@@ -211,11 +211,13 @@ static int owned_mmap(struct file *file, struct socket *sock,
 	return -EBUSY;
 }
 
+#ifdef KW_HAVE_SENDPAGE_OP
 static ssize_t owned_sendpage(struct socket *sock, struct page *page,
 			      int offset, size_t size, int flags)
 {
 	return -EBUSY;
 }
+#endif
 
 static ssize_t owned_splice_read(struct socket *sock, loff_t *ppos,
 				 struct pipe_inode_info *pipe, size_t len,
@@ -238,6 +240,17 @@ static const struct proto_ops *owned_ops_for(int family,
 	if (orig->family != family ||
 	    (family == AF_INET && orig != &inet_stream_ops))
 		return NULL;
+	/*
+	 * owned_getsockopt() filters getsockopt and calls orig's; a kernel
+	 * whose TCP answers through getsockopt_iter (7.x added the hook)
+	 * would bypass the filter: not a table we know how to wear.
+	 */
+	if (!orig->getsockopt)
+		return NULL;
+#ifdef KW_HAVE_GETSOCKOPT_ITER
+	if (orig->getsockopt_iter)
+		return NULL;
+#endif
 	mutex_lock(&kw_owned_lock);
 	if (!o->orig) {
 		o->ops = *orig;
@@ -251,7 +264,12 @@ static const struct proto_ops *owned_ops_for(int family,
 		o->ops.sendmsg = owned_sendmsg;
 		o->ops.recvmsg = owned_recvmsg;
 		o->ops.mmap = owned_mmap;
+#ifdef KW_HAVE_SENDPAGE_OP
 		o->ops.sendpage = owned_sendpage;
+#endif
+#ifdef KW_HAVE_SPLICE_EOF
+		o->ops.splice_eof = NULL;	/* no sendmsg, nothing to push */
+#endif
 		o->ops.splice_read = owned_splice_read;
 		o->ops.set_peek_off = NULL;
 		o->orig = orig;
@@ -821,7 +839,8 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 {
 	int from = initiator ? KIWARP_QPS_IDLE : KIWARP_QPS_MPA_REQ_RCVD;
 	struct sock *sk = qp->sock->sk;
-	u32 mss, mulpdu;
+	struct bio_vec *bvec;
+	u32 mss, mulpdu, nbvec;
 	u8 *bounce;
 
 	lock_sock(sk);
@@ -832,13 +851,21 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
 	bounce = kvmalloc(mulpdu, GFP_KERNEL_ACCOUNT);
-	if (!bounce)
+	/* an FPDU's pages: header, trailer, payload (a page boundary or an
+	 * SGE boundary ends a piece) */
+	nbvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + KIWARP_MAX_SGE;
+	bvec = kvmalloc_array(nbvec, sizeof(*bvec), GFP_KERNEL_ACCOUNT);
+	if (!bounce || !bvec) {
+		kvfree(bounce);
+		kvfree(bvec);
 		return -ENOMEM;
+	}
 
 	spin_lock_bh(&qp->lock);
 	if (qp->dying || qp->state != from) {
 		spin_unlock_bh(&qp->lock);
 		kvfree(bounce);
+		kvfree(bvec);
 		return -ECONNABORTED;
 	}
 	sock_hold(sk);		/* for snd_una reads until the QP is freed */
@@ -846,6 +873,8 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->mpa = *res;
 	qp->mulpdu = mulpdu;
 	qp->tx_bounce = bounce;
+	qp->tx_bvec = bvec;
+	qp->tx_bvec_max = nbvec;
 	qp->orq_size = clamp_t(u32, res->ord, 1, KW_MAX_ORD);
 	qp->irq_size = clamp_t(u32, res->ird, 1, KW_MAX_IRD);
 	qp->rtr_send = initiator && res->p2p && res->rtr;
@@ -882,7 +911,7 @@ static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp,
 	if (ret)
 		return ret;
 	set_timeouts(sock, arg->timeout_ms);
-	ret = kernel_connect(sock, (struct sockaddr *)&ss, len, 0);
+	ret = kernel_connect(sock, (kw_sockaddr_arg *)&ss, len, 0);
 	if (ret) {
 		put_sock(sock, NULL, *uid);
 		return ret == -EINPROGRESS ? -ETIMEDOUT : ret;
@@ -1240,7 +1269,7 @@ int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg)
 	if (ret)
 		goto err_free;
 	sock_set_reuseaddr(l->sock->sk);
-	ret = kernel_bind(l->sock, (struct sockaddr *)&ss, len);
+	ret = kernel_bind(l->sock, (kw_sockaddr_arg *)&ss, len);
 	if (ret)
 		goto err_sock;
 	/*

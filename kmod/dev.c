@@ -326,7 +326,7 @@ static const struct file_operations dev_fops = {
 	.mmap = dev_mmap,
 	.poll = dev_poll,
 	.read = dev_read,
-	.llseek = no_llseek,
+	/* not seekable: dev_open's stream_open() makes lseek fail (ESPIPE) */
 };
 
 static struct miscdevice dev_misc = {

@@ -31,6 +31,7 @@
 #include <linux/workqueue.h>
 
 #include "../uapi/linux/kiwarp.h"
+#include "kcompat.h"
 #include "iwarp.h"
 
 #define KW_MAX_PD	1024

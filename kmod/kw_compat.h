@@ -14,7 +14,11 @@
 #include <linux/kernel.h>
 #include <linux/crc32c.h>
 #include <asm/byteorder.h>
+#ifdef KW_HAVE_LINUX_UNALIGNED_H	/* 6.12: moved out of asm/ (kcompat.h) */
+#include <linux/unaligned.h>
+#else
 #include <asm/unaligned.h>
+#endif
 
 /* Raw CRC32c update (no pre/post inversion), like lib/crc32c. */
 static inline u32 kw_crc32c(u32 crc, const void *p, size_t len)

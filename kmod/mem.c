@@ -248,6 +248,27 @@ static bool mr_pages_ok(struct kw_mr *mr, unsigned long n)
 	return true;
 }
 
+/*
+ * Since 6.5 GUP itself refuses a writable long-term pin of such page cache,
+ * with -EFAULT. Whether that is why the pin at addr failed decides only the
+ * error code, the same on every kernel (-EOPNOTSUPP): the pages that a
+ * successful pin returns are what mr_pages_ok() checks.
+ */
+static bool mr_writeback_vma(unsigned long addr)
+{
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	bool ret = false;
+
+	mmap_read_lock(mm);
+	vma = vma_lookup(mm, addr);
+	if (vma && vma->vm_file && (vma->vm_flags & VM_SHARED) &&
+	    mapping_can_writeback(vma->vm_file->f_mapping))
+		ret = true;
+	mmap_read_unlock(mm);
+	return ret;
+}
+
 /* Pin every page of [mr->addr, +len) into mr->pages. */
 static int mr_pin(struct kw_mr *mr)
 {
@@ -271,6 +292,9 @@ static int mr_pin(struct kw_mr *mr)
 					  gup_flags, mr->pages + pinned);
 		if (ret <= 0) {
 			ret = ret ?: -EFAULT;
+			if (ret == -EFAULT && mr_writable(mr) &&
+			    mr_writeback_vma(start + (pinned << PAGE_SHIFT)))
+				ret = -EOPNOTSUPP;
 			goto err_unpin;
 		}
 		pinned += ret;

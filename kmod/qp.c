@@ -83,6 +83,7 @@ static void qp_free(struct kref *ref)
 	kfree(qp->orq);
 	kfree(qp->irq);
 	kvfree(qp->tx_bounce);
+	kvfree(qp->tx_bvec);
 	kfree(qp);
 }
 

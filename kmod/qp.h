@@ -169,6 +169,11 @@ struct kw_qp {
 	u32 tx_nsge;
 	u8 tx_inline[KW_READ_REQ_LEN];
 	u8 *tx_bounce;		/* mulpdu bytes: Read Response payload */
+	/* MSG_SPLICE_PAGES transmit (tx.c; unused with sendpage) */
+	struct bio_vec *tx_bvec;	/* one FPDU: tx_bvec_max entries */
+	u32 tx_bvec_max;
+	struct page_frag_cache tx_frag_cache;
+	u8 *tx_frag;		/* current FPDU's header + trailer */
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */
 	u8 term_buf[KW_TERM_MAX_LEN];

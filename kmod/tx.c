@@ -3,10 +3,20 @@
  * Transmit path: every byte the QP emits is sent under qp->tx_mutex, by
  * the doorbell ioctl inline or by the QP's work item. The
  * core (ddp.c) cuts each RDMAP message into FPDUs and gives us header and
- * trailer bytes; payload goes to TCP straight from the pinned pages with
- * kernel_sendpage(), which makes the skb frags reference those pages (TCP
- * holds its own page references until the data is acknowledged). Header and
- * trailer bytes are small and are copied.
+ * trailer bytes; payload goes to TCP straight from the pinned pages, which
+ * the skb frags then reference (TCP holds its own page references until
+ * the data is acknowledged). Two kernel interfaces do that (kcompat.h):
+ *
+ *  - MSG_SPLICE_PAGES (6.5 on): one sendmsg() per FPDU over a bvec of
+ *    header, payload pages and trailer. Only pages TCP may take references
+ *    on can be spliced (sendpage_ok(): no slab), so header and trailer are
+ *    copied into a fragment of the QP's page_frag cache, which TCP keeps
+ *    alive through its own references, retransmissions included. An FPDU
+ *    with a page that is not sendpage_ok() is sent by copy instead.
+ *  - sendpage (up to 6.4): header and trailer copied by sendmsg(), the
+ *    payload by reference with proto_ops.sendpage, one page at a time.
+ *
+ * Either way, Read Response payload is copied (tx_bounce_payload()).
  *
  * All socket calls are non-blocking: on -EAGAIN we keep the cursor (how
  * many bytes of the current FPDU TCP accepted) and sk_write_space requeues
@@ -30,9 +40,12 @@ static void tx_drop_refs(struct kw_qp *qp)
 	qp->tx_nsge = 0;
 }
 
+static void tx_splice_release(struct kw_qp *qp);
+
 /* Teardown: tx_work is cancelled; drop what its cursor still holds. */
 void kw_tx_release(struct kw_qp *qp)
 {
+	tx_splice_release(qp);
 	tx_drop_refs(qp);
 	qp->tx_active = false;
 }
@@ -120,35 +133,127 @@ static bool tx_bounced(const struct kw_qp *qp)
 	return qp->tx_kind == KW_TXK_READ_RESP;
 }
 
-/* Cut the next FPDU of tx_msg and seal its CRC. */
-static int tx_next_fpdu(struct kw_qp *qp)
+#ifdef KW_TX_SPLICE
+/* Header and trailer of one FPDU, in one page fragment (see top). */
+#define KW_TX_FRAG	roundup_pow_of_two(KW_TX_HDR_MAX + sizeof_field(struct kw_tx_fpdu, trailer))
+
+static void tx_frag_free(struct kw_qp *qp)
+{
+	if (qp->tx_frag)
+		page_frag_free(qp->tx_frag);
+	qp->tx_frag = NULL;
+}
+
+static void tx_splice_release(struct kw_qp *qp)
+{
+	tx_frag_free(qp);
+	kw_page_frag_cache_drain(&qp->tx_frag_cache);
+}
+
+/*
+ * Copy the sealed header and trailer into a fresh fragment. Our own
+ * cache, always KW_TX_FRAG (a power of two) at a time, so a fragment is
+ * naturally aligned and never straddles a page.
+ */
+static int tx_frag_fill(struct kw_qp *qp)
+{
+	const struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u8 *p;
+
+	tx_frag_free(qp);
+	if (tx_bounced(qp))
+		return 0;	/* sent by copy */
+	p = page_frag_alloc(&qp->tx_frag_cache, KW_TX_FRAG, GFP_KERNEL_ACCOUNT);
+	if (!p)
+		return -ENOMEM;
+	if (WARN_ON_ONCE(offset_in_page(p) + KW_TX_FRAG > PAGE_SIZE)) {
+		page_frag_free(p);
+		return -EIO;
+	}
+	memcpy(p, f->hdr, f->hdr_len);
+	memcpy(p + f->hdr_len, f->trailer, f->trailer_len);
+	qp->tx_frag = p;
+	return 0;
+}
+
+/*
+ * Push the current FPDU with one sendmsg(); returns 0 when all of it is in
+ * TCP. After a partial send the bvec is rebuilt and advanced past what TCP
+ * took: the fragment and the MR pages stay put until the FPDU is done.
+ */
+static int tx_push_fpdu(struct kw_qp *qp)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u32 total = f->hdr_len + f->payload_len + f->trailer_len;
+	struct msghdr msg = {
+		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_SPLICE_PAGES |
+			     (f->last ? 0 : MSG_MORE),
+	};
+	struct bio_vec *bv = qp->tx_bvec;
+	u32 n = 0, off = 0;
 	int ret;
 
-	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
-	if (ret)
-		return ret;
+	lockdep_assert_held(&qp->tx_mutex);
+	if (qp->tx_fpdu_sent >= total)
+		return 0;
 	if (tx_bounced(qp)) {
-		ret = tx_bounce_payload(qp, f);
-		if (ret)
-			return ret;
-	}
-	if (qp->tx_msg.crc) {
-		u32 crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr,
-					    f->hdr_len);
+		/* slab or vmalloc memory: TCP copies it */
+		struct kvec iov[3] = {
+			{ f->hdr, f->hdr_len },
+			{ qp->tx_bounce, f->payload_len },
+			{ f->trailer, f->trailer_len },
+		};
 
-		if (tx_bounced(qp))
-			crc = kw_mpa_crc_update(crc, qp->tx_bounce,
-						f->payload_len);
-		else
-			crc = tx_crc_payload(qp, crc, f->payload_off,
-					     f->payload_len);
-		kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
-	} else {
-		kw_tx_fpdu_seal(&qp->tx_msg, f, 0);
+		msg.msg_flags &= ~MSG_SPLICE_PAGES;
+		iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, iov, 3, total);
+		iov_iter_advance(&msg.msg_iter, qp->tx_fpdu_sent);
+		goto send;
 	}
-	qp->tx_fpdu_sent = 0;
+	if (WARN_ON_ONCE(!qp->tx_frag))
+		return -EIO;
+	bvec_set_virt(&bv[n++], qp->tx_frag, f->hdr_len);
+	while (off < f->payload_len) {
+		unsigned int pg_off, avail;
+		struct page *page;
+		u32 sge, left, len;
+		u64 mr_off;
+
+		if (WARN_ON_ONCE(n + 2 > qp->tx_bvec_max ||
+				 !tx_locate(qp, f->payload_off + off, &sge,
+					    &mr_off, &left)))
+			return -EIO;
+		page = kw_mr_page(qp->tx_mr[sge], mr_off, &pg_off, &avail);
+		len = min3(f->payload_len - off, left, avail);
+		if (!sendpage_ok(page))
+			msg.msg_flags &= ~MSG_SPLICE_PAGES;
+		bvec_set_page(&bv[n++], page, len, pg_off);
+		off += len;
+	}
+	if (f->trailer_len)
+		bvec_set_virt(&bv[n++], qp->tx_frag + f->hdr_len,
+			      f->trailer_len);
+	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, bv, n, total);
+	iov_iter_advance(&msg.msg_iter, qp->tx_fpdu_sent);
+send:
+	while (qp->tx_fpdu_sent < total) {
+		ret = qp->sock_ops->sendmsg(qp->sock, &msg,
+					    total - qp->tx_fpdu_sent);
+		if (ret < 0)
+			return ret;
+		if (ret == 0)
+			return -EAGAIN;
+		qp->tx_fpdu_sent += ret;	/* msg_iter advanced with it */
+	}
+	tx_frag_free(qp);	/* TCP holds its own references */
+	return 0;
+}
+#else /* sendpage */
+static void tx_splice_release(struct kw_qp *qp)
+{
+}
+
+static int tx_frag_fill(struct kw_qp *qp)
+{
 	return 0;
 }
 
@@ -214,6 +319,40 @@ static int tx_push_fpdu(struct kw_qp *qp)
 		qp->tx_fpdu_sent += ret;
 	}
 	return 0;
+}
+
+#endif /* KW_TX_SPLICE */
+
+/* Cut the next FPDU of tx_msg and seal its CRC. */
+static int tx_next_fpdu(struct kw_qp *qp)
+{
+	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	int ret;
+
+	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
+	if (ret)
+		return ret;
+	if (tx_bounced(qp)) {
+		ret = tx_bounce_payload(qp, f);
+		if (ret)
+			return ret;
+	}
+	if (qp->tx_msg.crc) {
+		u32 crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr,
+					    f->hdr_len);
+
+		if (tx_bounced(qp))
+			crc = kw_mpa_crc_update(crc, qp->tx_bounce,
+						f->payload_len);
+		else
+			crc = tx_crc_payload(qp, crc, f->payload_off,
+					     f->payload_len);
+		kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
+	} else {
+		kw_tx_fpdu_seal(&qp->tx_msg, f, 0);
+	}
+	qp->tx_fpdu_sent = 0;
+	return tx_frag_fill(qp);
 }
 
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)

@@ -119,8 +119,8 @@ int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma)
 		return -EINVAL;
 	if (vma->vm_flags & VM_EXEC)
 		return -EPERM;
-	vma->vm_flags &= ~VM_MAYEXEC;
-	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	vm_flags_clear(vma, VM_MAYEXEC);
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 	ret = vm_map_pages_zero(vma, u->pages, u->npages);
 	if (ret)
 		return ret;

@@ -72,6 +72,23 @@ suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" \
 # host-side driver, see Documentation/interop.md.
 suite interop selftests/interop/run.sh
 
+# The VM suite and the siw interop suite on the other kernels users run:
+# 6.12 LTS and the newest Debian kernel (scripts/kernel fetches and
+# prepares them; kiwarp.ko is built for each, siw from each kernel's own
+# source). KIWARP_KERNELS narrows the list for a quick local run.
+vm_kernel() {
+	local env
+
+	env=$(scripts/kernel --kiwarp "$1") || return 1
+	KIWARP_KO=$(sed -n 's/^KIWARP_KO=//p' <<<"$env") \
+	scripts/vm-run --kernel "$1" --accel tcg --timeout "$VM_TIMEOUT" \
+		--append preempt=full -- selftests/vm/run.sh
+}
+for k in ${KIWARP_KERNELS:-6.12 latest}; do
+	suite "vm-$k" vm_kernel "$k"
+	suite "interop-$k" selftests/interop/run.sh --kernel "$k"
+done
+
 # The same suite on a KASAN + lockdep + kmemleak kernel built from
 # Debian's linux-source-6.1 (cached; ~10 min the first time), see
 # Documentation/debug-kernel.md. KIWARP_SKIP_DEBUG_KERNEL=1 skips it for a

@@ -9,8 +9,11 @@
 # against ipeer-verbs, the error/private-data/reject cases and rping against
 # kiwarp-rping. Prints TAP and "# N passed, N failed".
 #
-#   selftests/interop/run.sh [--quick] [--only REGEX]
+#   selftests/interop/run.sh [--kernel NAME] [--quick] [--only REGEX]
 #
+# --kernel NAME (host): boot that kernel (6.1, 6.12, latest: scripts/kernel)
+# and meet the siw built from its own linux-source, with kiwarp.ko built for
+# it; the Wireshark captures run on the default kernel only.
 # --quick: small sizes only (no 1 MiB / 16 MiB), for development.
 # --only REGEX: run only the groups whose name matches.
 # INTEROP_TIMEOUT (host): VM timeout in seconds (default 1500).
@@ -21,11 +24,21 @@ top=$PWD
 VARIANTS="rev2-crc0-p2p0 rev2-crc1-p2p0 rev2-crc0-p2p1 rev2-crc1-p2p1 rev1-crc0-p2p0 rev1-crc1-p2p0"
 
 if [ -z "${KIWARP_VM:-}" ]; then
+	kernel=
+	if [ "${1:-}" = --kernel ]; then kernel=$2; shift 2; fi
+	vmk=()
+	if [ -n "$kernel" ]; then
+		env=$(scripts/kernel --kiwarp "$kernel") ||
+			{ echo "not ok - kernel $kernel"; echo "# 0 passed, 1 failed"; exit 1; }
+		export KIWARP_KO=$(sed -n 's/^KIWARP_KO=//p' <<<"$env")
+		vmk=(--kernel "$kernel")
+	fi
 	for v in $VARIANTS; do
 		r=${v#rev}; r=${r%%-*}
 		c=${v#*-crc}; c=${c%%-*}
 		p=${v##*-p2p}
-		scripts/build-siw -q --mpa-rev "$r" --crc-required "$c" --p2p "$p" >/dev/null ||
+		scripts/build-siw -q ${kernel:+--kernel "$kernel"} --mpa-rev "$r" \
+			--crc-required "$c" --p2p "$p" >/dev/null ||
 			{ echo "not ok - build-siw $v"; echo "# 0 passed, 1 failed"; exit 1; }
 	done
 	make -s -C selftests/interop >/dev/null && make -s -C tools >/dev/null ||
@@ -33,7 +46,7 @@ if [ -z "${KIWARP_VM:-}" ]; then
 	log=$(mktemp)
 	caps=$(mktemp -d)
 	trap 'rm -rf "$log" "$caps"' EXIT
-	scripts/vm-run --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
+	scripts/vm-run "${vmk[@]}" --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
 		--allow-log 'siw: got TERMINATE|siw: .*TERM|rx bogus TERM' \
 		-- selftests/interop/run.sh "$@" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
@@ -44,7 +57,7 @@ if [ -z "${KIWARP_VM:-}" ]; then
 		echo "not ok - interop VM exited $rc"; f=$((f + 1))
 	fi
 	# Wireshark: capture kiwarp<->siw and kiwarp<->kiwarp, dissect
-	if [ "${INTEROP_CAPTURE:-1}" = 1 ]; then
+	if [ "${INTEROP_CAPTURE:-1}" = 1 ] && [ -z "$kernel" ]; then
 		scripts/capture-reference "$caps" 2>&1 | tee "$log"
 		line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
 		p=$((p + $(echo "${line:-# 0 passed, 1 failed}" | awk '{print $2}')))
@@ -84,10 +97,15 @@ note() { echo "# $*"; }
 setup() {
 	# siw_reg_user_mr() checks RLIMIT_MEMLOCK even for root
 	ulimit -l unlimited
-	modprobe -a ib_core iw_cm rdma_cm rdma_ucm ib_uverbs libcrc32c dummy || return 1
+	local ko=${KIWARP_KO:-kmod/kiwarp.ko} dep
+	modprobe -a ib_core iw_cm rdma_cm rdma_ucm ib_uverbs dummy || return 1
 	ip link add dummy0 type dummy && ip addr add $ADDR/24 dev dummy0 &&
 		ip link set dummy0 up || return 1
-	insmod kmod/kiwarp.ko || return 1
+	# kiwarp's and siw's dependencies (libcrc32c up to 6.13)
+	for dep in $(modinfo -F depends "$ko" "$SIWDIR"/*/siw.ko | tr , '\n' | sort -u); do
+		modprobe "$dep" || return 1
+	done
+	insmod "$ko" || return 1
 }
 
 cur_variant=

@@ -2,14 +2,21 @@
 # Runs inside the VM (scripts/vm-run): load kiwarp.ko, run the in-VM test
 # programs, unload, check that nothing stayed pinned. Prints TAP and exits
 # non-zero on any failure. vm-run then scans the kernel log.
+# KIWARP_KO: the module to load (default kmod/kiwarp.ko, built for 6.1);
+# scripts/kernel --kiwarp builds one per kernel.
 set -u
 cd "$(dirname "$0")/../.."
 fail=0
-modprobe libcrc32c || { echo "not ok - modprobe libcrc32c"; exit 1; }
+ko=${KIWARP_KO:-kmod/kiwarp.ko}
+echo "# kernel $(uname -r), module $ko"
+# what the module needs (libcrc32c up to 6.13; crc32c is built in later)
+for dep in $(modinfo -F depends "$ko" | tr , ' '); do
+	modprobe "$dep" || { echo "not ok - modprobe $dep (needed by $ko)"; exit 1; }
+done
 # exact count: fold the per-CPU vmstat deltas first
 pins() { echo 1 > /proc/sys/vm/stat_refresh; awk '/^nr_foll_pin_acquired/{a=$2} /^nr_foll_pin_released/{r=$2} END{print a-r}' /proc/vmstat; }
 base=$(pins)
-insmod kmod/kiwarp.ko || { echo "not ok - insmod kiwarp.ko"; exit 1; }
+insmod "$ko" || { echo "not ok - insmod $ko"; exit 1; }
 [ -c /dev/kiwarp ] || { echo "not ok - /dev/kiwarp missing"; exit 1; }
 # non-root users may open the device
 [ "$(stat -c %a /dev/kiwarp)" = 666 ] || { echo "not ok - /dev/kiwarp mode $(stat -c %a /dev/kiwarp)"; fail=1; }
