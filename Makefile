@@ -17,6 +17,7 @@
 #                   Documentation/security.md section 4)
 #   make install    module (to /lib/modules/$(KVER)/extra) and libkiwarp
 #                   (DESTDIR/PREFIX honoured)
+#   make deb        Debian packages (Documentation/packaging.md)
 #
 # `make` builds for the running kernel (/lib/modules/$(uname -r)/build):
 # install linux-headers-$(uname -r) first, or name another tree with
@@ -82,6 +83,10 @@ fuzz: deps
 	$(MAKE) vm-build
 	scripts/fuzz-campaign
 
+# Debian packages (kiwarp-dkms, libkiwarp1, libkiwarp-dev, kiwarp-tools)
+deb:
+	scripts/make-deb
+
 install: module lib tools
 	$(MAKE) -C $(KDIR) M=$(CURDIR) INSTALL_MOD_DIR=extra \
 		INSTALL_MOD_PATH=$(DESTDIR) DEPMOD=/bin/true modules_install
@@ -98,4 +103,4 @@ clean:
 	$(MAKE) -C selftests/vmfuzz clean
 	$(MAKE) -C selftests/interop clean
 
-.PHONY: fuzz all module lib tools tests deps vm-build run check bench install clean
+.PHONY: fuzz all module lib tools tests deps vm-build run check bench deb install clean

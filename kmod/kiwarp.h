@@ -12,7 +12,7 @@
  *   qp.c     queue pairs: rings, WR processing, state machine (qp.h)
  *   cm.c     connection management: socket takeover, MPA exchange, listen
  *   rx.c     receive path: TCP read_sock actor -> sans-I/O parser -> placement
- *   tx.c     transmit path: FPDUs from pinned pages via sendpage
+ *   tx.c     transmit path: FPDUs from pinned pages by reference
  *   mpa.c ddp.c rdmap.c   sans-I/O protocol core (iwarp.h)
  */
 #ifndef KW_KIWARP_H
