@@ -89,6 +89,11 @@ for k in ${KIWARP_KERNELS:-6.12 latest}; do
 	suite "interop-$k" selftests/interop/run.sh --kernel "$k"
 done
 
+# Debian packages: built, their contents, DKMS builds for each kernel, a
+# program against libkiwarp-dev alone (the in-VM install test,
+# scripts/deb-vm-test, takes ~10 min per kernel: Documentation/packaging.md).
+suite packages scripts/deb-check ${KIWARP_KERNELS:+6.1 $KIWARP_KERNELS}
+
 # The same suite on a KASAN + lockdep + kmemleak kernel built from
 # Debian's linux-source-6.1 (cached; ~10 min the first time), see
 # Documentation/debug-kernel.md. KIWARP_SKIP_DEBUG_KERNEL=1 skips it for a
