@@ -95,7 +95,7 @@ done
 suite packages scripts/deb-check ${KIWARP_KERNELS:+6.1 $KIWARP_KERNELS}
 
 # The same suite on a KASAN + lockdep + kmemleak kernel built from
-# Debian's linux-source-6.1 (cached; ~10 min the first time), see
+# Debian's linux-source-6.12 (cached; ~10 min the first time), see
 # Documentation/debug-kernel.md. KIWARP_SKIP_DEBUG_KERNEL=1 skips it for a
 # quick local run; CI always runs it.
 debug_tier() {

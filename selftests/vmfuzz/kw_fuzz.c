@@ -369,6 +369,7 @@ struct obj {
 	int type;
 	int live;		/* 0: destroyed, kept as a stale handle */
 	unsigned gen;		/* bumped on reuse of the slot */
+	int destroying;		/* DESTROY calls on its handle in flight */
 	int ctx;		/* owning context id (dev: its own) */
 	int fd;			/* dev, sock */
 	uint32_t handle;	/* kiwarp handle */
@@ -534,6 +535,26 @@ static int pick_ctx(struct th *t, int *fd)
 		return -1;
 	*fd = objs[i].fd;
 	return objs[i].ctx;
+}
+
+/*
+ * A context's fd and a handle of type in it (live, stale or made up:
+ * pick_handle()), with the fd of the handle's own context when it names a
+ * live object. 0 if there is no context at all.
+ */
+static int pick_target(struct th *t, int type, int *fd, uint32_t *handle)
+{
+	int ctx, slot;
+
+	lock_tbl();
+	ctx = pick_ctx(t, fd);
+	if (ctx >= 0) {
+		*handle = pick_handle(t, type, ctx, &slot);
+		if (slot >= 0)
+			*fd = op_fd(t, objs[slot].ctx);
+	}
+	unlock_tbl();
+	return ctx >= 0;
 }
 
 /* Under tbl: every object of a context that has no open fd is dead. */
@@ -913,7 +934,7 @@ static void op_destroy(struct th *t, int type)
 		[O_LST] = KIWARP_IOC_DESTROY_LISTEN,
 	};
 	struct kiwarp_handle h = { 0 };
-	int fd, ctx, slot;
+	int fd, ctx, slot, i;
 	long ret;
 
 	lock_tbl();
@@ -927,23 +948,35 @@ static void op_destroy(struct th *t, int type)
 		ctx = objs[slot].ctx;
 		fd = op_fd(t, ctx);
 	}
+	/*
+	 * Once the kernel has destroyed it, the handle may name a new object
+	 * (handles are reused at once) before the table below says so: checks
+	 * that trust an entry (op_mmap's ring geometry) skip entries whose
+	 * handle is being destroyed.
+	 */
+	ctx = fd_ctx(fd);
+	for (i = 0; i < MAX_OBJ; i++)
+		if (objs[i].type == type && objs[i].live &&
+		    objs[i].ctx == ctx && objs[i].handle == h.handle)
+			objs[i].destroying++;
 	unlock_tbl();
 	if (chance(&t->r, 2))
 		h.reserved = 1;
 	begin(t, "DESTROY_%s(fd %d, handle %u)", oname[type], fd, h.handle);
 	ret = judge(t, kioctl(t, fd, cmd[type], &h), E_BASE | E(EBUSY));
-	if (ret)
-		return;
 	/*
 	 * Whatever the handle was picked as (live, stale, random, another
-	 * context's), the object it named in fd's context is gone.
+	 * context's), on success the object it named in fd's context is gone.
 	 */
 	lock_tbl();
-	ctx = fd_ctx(fd);
 	for (slot = 0; slot < MAX_OBJ; slot++)
-		if (objs[slot].type == type && objs[slot].live &&
-		    objs[slot].ctx == ctx && objs[slot].handle == h.handle)
-			obj_kill(slot);
+		if (objs[slot].type == type && objs[slot].ctx == ctx &&
+		    objs[slot].handle == h.handle) {
+			if (objs[slot].destroying)
+				objs[slot].destroying--;
+			if (!ret && objs[slot].live)
+				obj_kill(slot);
+		}
 	unlock_tbl();
 }
 
@@ -1040,18 +1073,10 @@ static void op_create_cq(struct th *t)
 static void op_arm_cq(struct th *t)
 {
 	struct kiwarp_arm_cq a = { 0 };
-	int fd, ctx, slot;
+	int fd;
 
-	lock_tbl();
-	ctx = pick_ctx(t, &fd);
-	if (ctx < 0) {
-		unlock_tbl();
+	if (!pick_target(t, O_CQ, &fd, &a.cq))
 		return;
-	}
-	a.cq = pick_handle(t, O_CQ, ctx, &slot);
-	if (slot >= 0)
-		fd = op_fd(t, objs[slot].ctx);
-	unlock_tbl();
 	a.flags = chance(&t->r, 90) ? rn(&t->r, 2) : gen_u32(&t->r);
 	begin(t, "ARM_CQ(fd %d, cq %u, flags %u)", fd, a.cq, a.flags);
 	judge(t, kioctl(t, fd, KIWARP_IOC_ARM_CQ, &a), E_BASE);
@@ -1113,19 +1138,11 @@ static void op_create_qp(struct th *t)
 
 static void op_query_modify_qp(struct th *t)
 {
-	int fd, ctx, slot;
+	int fd;
 	uint32_t qp;
 
-	lock_tbl();
-	ctx = pick_ctx(t, &fd);
-	if (ctx < 0) {
-		unlock_tbl();
+	if (!pick_target(t, O_QP, &fd, &qp))
 		return;
-	}
-	qp = pick_handle(t, O_QP, ctx, &slot);
-	if (slot >= 0)
-		fd = op_fd(t, objs[slot].ctx);
-	unlock_tbl();
 	if (chance(&t->r, 60)) {
 		struct kiwarp_query_qp q = { .qp = qp };
 
@@ -1147,18 +1164,10 @@ static void op_query_modify_qp(struct th *t)
 static void op_doorbell(struct th *t)
 {
 	struct kiwarp_handle h = { 0 };
-	int fd, ctx, slot;
+	int fd;
 
-	lock_tbl();
-	ctx = pick_ctx(t, &fd);
-	if (ctx < 0) {
-		unlock_tbl();
+	if (!pick_target(t, O_QP, &fd, &h.handle))
 		return;
-	}
-	h.handle = pick_handle(t, O_QP, ctx, &slot);
-	if (slot >= 0)
-		fd = op_fd(t, objs[slot].ctx);
-	unlock_tbl();
 	if (chance(&t->r, 2))
 		h.reserved = gen_u32(&t->r);
 	begin(t, "DOORBELL(fd %d, qp %u)", fd, h.handle);
@@ -1315,6 +1324,7 @@ static void op_mmap(struct th *t)
 		/* only a finding if fd is still the object's context */
 		lock_tbl();
 		if (objs[slot].live && objs[slot].gen == gen &&
+		    !objs[slot].destroying &&
 		    fd_ctx(fd) == ctx && !ctx_taint[ctx % MAX_CTX] &&
 		    maps_kiwarp((uintptr_t)p, 0))
 		{
