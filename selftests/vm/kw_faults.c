@@ -85,6 +85,7 @@
 #include <unistd.h>
 
 #include "kiwarp.h"
+#include "kw_vmtest.h"
 
 #define MAX_OPR		16	/* data ops per round */
 #define MAX_RD		4	/* RDMA Reads per round (+1 probe <= ORD) */
@@ -133,14 +134,6 @@ static int cur_plan;	/* for messages */
 static const char *volatile where = "start";	/* for the timeout dump */
 static struct conn *volatile cur_k;
 static unsigned inject;	/* --inject N: flip a bit of the Nth Send received */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static uint64_t mix(uint64_t x)
 {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "kiwarp.h"
+#include "kw_vmtest.h"
 #include "iwarp.h"
 #include "../unit/harness.h"
 
@@ -46,60 +47,6 @@ struct kend {
 };
 
 #define KBUF 65536
-
-static int tcp_pair(int *c, int *s)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int l;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	l = socket(AF_INET, SOCK_STREAM, 0);
-	if (l < 0 || bind(l, (void *)&sin, sizeof(sin)) || listen(l, 1) ||
-	    getsockname(l, (void *)&sin, &len))
-		return -errno;
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(*c, (void *)&sin, sizeof(sin)))
-		return -errno;
-	*s = accept(l, NULL, NULL);
-	close(l);
-	return *s < 0 ? -errno : 0;
-}
-
-static int writen(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	while (n) {
-		/* kiwarp may have terminated and closed already */
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-
-		if (w <= 0)
-			return -1;
-		b += w;
-		n -= w;
-	}
-	return 0;
-}
-
-static int readn(int fd, void *p, size_t n, int ms)
-{
-	uint8_t *b = p;
-
-	while (n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&pfd, 1, ms) != 1)
-			return -ETIMEDOUT;
-		r = read(fd, b, n);
-		if (r <= 0)
-			return r ? -errno : -ECONNRESET;
-		b += r;
-		n -= r;
-	}
-	return 0;
-}
 
 static int kend_init(struct kend *k)
 {
@@ -675,14 +622,6 @@ static const struct kw_rx_ops rv_ops = {
 	.segment_done = rv_done,
 };
 
-static double rv_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void rv_attack(int *kwt_fail)
 {
 	static struct kend k;
@@ -725,8 +664,8 @@ static void rv_attack(int *kwt_fail)
 		ASSERT_EQ(raw_send(&k, &m, rr, 0), 0);
 	}
 	/* until kiwarp's responses back up: our receive queue stops growing */
-	end = rv_now() + 10;
-	while (rv_now() < end) {
+	end = now() + 10;
+	while (now() < end) {
 		usleep(200000);
 		ASSERT_EQ(ioctl(k.raw, FIONREAD, &q), 0);
 		if (q > 0 && q == queued)
@@ -734,13 +673,13 @@ static void rv_attack(int *kwt_fail)
 		queued = q;
 	}
 	/* deregister while Read Responses are queued: it must succeed */
-	t0 = rv_now();
+	t0 = now();
 	do {
 		ret = kw_dereg_mr(mr);
 		if (ret == -EBUSY)
 			usleep(10000);
-	} while (ret == -EBUSY && rv_now() < t0 + 5);
-	dt = rv_now() - t0;
+	} while (ret == -EBUSY && now() < t0 + 5);
+	dt = now() - t0;
 	/*
 	 * Everything kiwarp built before the dereg returned is now in our
 	 * receive queue, in its socket's send queue (SIOCOUTQ works on the fd
@@ -761,8 +700,8 @@ static void rv_attack(int *kwt_fail)
 		buf[j] = rv_new(j);
 	/* now the peer reads everything kiwarp sends */
 	kw_rx_init(&rx, &rv_ops, &s, k.crc, 0);
-	end = rv_now() + 30;
-	while (!s.got_term && !kw_rx_failed(&rx) && rv_now() < end) {
+	end = now() + 30;
+	while (!s.got_term && !kw_rx_failed(&rx) && now() < end) {
 		struct pollfd pfd = { .fd = k.raw, .events = POLLIN };
 		ssize_t n;
 
@@ -806,7 +745,7 @@ static void rv_attack(int *kwt_fail)
  */
 TEST(dereg_revokes_queued_read_responses)
 {
-	double end = rv_now() + 60;
+	double end = now() + 60;
 	int st = 0;
 	pid_t pid;
 
@@ -824,7 +763,7 @@ TEST(dereg_revokes_queued_read_responses)
 	}
 	ASSERT_GT(pid, 0);
 	while (waitpid(pid, &st, WNOHANG) != pid) {
-		if (rv_now() > end) {
+		if (now() > end) {
 			printf("# did not finish within 60 s\n");
 			kill(pid, SIGKILL);
 			*kwt_fail = 1;
@@ -932,7 +871,7 @@ TEST(zero_copy_and_completion_on_ack)
 	 * TCP took (in our receive queue, unread, or in kiwarp's send queue,
 	 * SIOCOUTQ on the fd it owns) stop growing.
 	 */
-	end = rv_now() + 10;
+	end = now() + 10;
 	do {
 		usleep(300000);
 		ASSERT_EQ(ioctl(k.raw, FIONREAD, &inq), 0);
@@ -940,7 +879,7 @@ TEST(zero_copy_and_completion_on_ack)
 		if ((uint64_t)inq + outq == took)
 			break;
 		took = (uint64_t)inq + outq;
-	} while (rv_now() < end);
+	} while (now() < end);
 	ASSERT_EQ(kw_poll_cq(k.cq, 1, &cqe), 0);	/* nothing acknowledged */
 	memset(&q, 0, sizeof(q));
 	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
@@ -962,8 +901,8 @@ TEST(zero_copy_and_completion_on_ack)
 	       (unsigned long long)zc_lo, (unsigned long long)zc_hi);
 	/* the peer reads everything */
 	kw_rx_init(&rx, &zc_ops, &s, false, 0);
-	end = rv_now() + 60;
-	while (s.placed < ZC_LEN && !kw_rx_failed(&rx) && rv_now() < end) {
+	end = now() + 60;
+	while (s.placed < ZC_LEN && !kw_rx_failed(&rx) && now() < end) {
 		struct pollfd pfd = { .fd = k.raw, .events = POLLIN };
 		ssize_t r;
 
@@ -982,8 +921,8 @@ TEST(zero_copy_and_completion_on_ack)
 	EXPECT_EQ(s.old_bytes, ZC_LEN);
 	EXPECT_EQ(s.out_of_range, 0);
 	/* now acknowledged: the Write completes */
-	end = rv_now() + 10;
-	while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && rv_now() < end)
+	end = now() + 10;
+	while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && now() < end)
 		usleep(10000);
 	ASSERT_EQ(n, 1);
 	EXPECT_EQ(cqe.wr_id, 1);

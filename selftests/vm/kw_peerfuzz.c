@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "kiwarp.h"
+#include "kw_vmtest.h"
 #include "iwarp.h"
 
 /* ------------------------------------------------------------ options */
@@ -91,14 +92,6 @@ static bool chance(struct rng *r, unsigned pct)
 static uint32_t rrange(struct rng *r, uint32_t lo, uint32_t hi)
 {
 	return lo + rn(r, hi - lo + 1);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ------------------------------------------------------------ statistics */
@@ -176,42 +169,6 @@ static double t_start, t_last_progress;
 static volatile int stop_all;
 
 /* ------------------------------------------------------------ I/O */
-
-static int writen(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	while (n) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EPIPE;
-		b += w;
-		n -= w;
-	}
-	return 0;
-}
-
-static int readn(int fd, void *p, size_t n, int ms)
-{
-	uint8_t *b = p;
-
-	while (n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&pfd, 1, ms) != 1)
-			return -ETIMEDOUT;
-		r = read(fd, b, n);
-		if (r <= 0)
-			return r ? -errno : -ECONNRESET;
-		b += r;
-		n -= r;
-	}
-	return 0;
-}
 
 static void rst_close(int fd)
 {
@@ -1475,7 +1432,7 @@ static void check_completions(struct conn *c, double bound)
 {
 	struct kiwarp_cqe cqe[64];
 	int want = (c->recv_posted ? c->nrecv : 0) + c->nksend, got = 0, i, n;
-	double end = now_s() + bound;
+	double end = now() + bound;
 
 	for (i = 0; i < c->nrecv; i++)
 		c->rw[i].completions = 0;
@@ -1501,7 +1458,7 @@ static void check_completions(struct conn *c, double bound)
 				      id);
 			}
 		}
-		if (got >= want || now_s() > end)
+		if (got >= want || now() > end)
 			break;
 		if (!n)
 			usleep(1000);
@@ -1699,7 +1656,7 @@ missing:
 
 static int wait_qp_error(struct conn *c, struct kiwarp_query_qp *q)
 {
-	double end = now_s() + 10;
+	double end = now() + 10;
 
 	for (;;) {
 		memset(q, 0, sizeof(*q));
@@ -1707,7 +1664,7 @@ static int wait_qp_error(struct conn *c, struct kiwarp_query_qp *q)
 			return -1;
 		if (q->state == KIWARP_QPS_ERROR)
 			return 0;
-		if (now_s() > end)
+		if (now() > end)
 			return -ETIMEDOUT;
 		usleep(1000);
 	}
@@ -1821,9 +1778,9 @@ static void run_conn(struct conn *c)
 	kw_rx_init(&rx, &sink_ops, c, c->crc, 0);
 	if (c->kread >= 0) {
 		/* kiwarp's Read Request comes after its Sends */
-		double end = now_s() + 10;
+		double end = now() + 10;
 
-		while (!c->kreq_seen && !c->sink_err && now_s() < end &&
+		while (!c->kreq_seen && !c->sink_err && now() < end &&
 		       peer_read(c, &rx, 100) != -EPIPE)
 			;
 		if (!c->kreq_seen)
@@ -1881,7 +1838,7 @@ static void run_conn(struct conn *c)
 		peer_closed = true;
 	} else {
 		bool eof = false, reset = false, idle = false;
-		double end = now_s() + (clean ? 15 : 1.5);
+		double end = now() + (clean ? 15 : 1.5);
 
 		if (c->mut == MUT_HALFCLOSE || c->mut == MUT_TRUNC ||
 		    (!c->has_ping && !c->has_term))
@@ -1905,12 +1862,12 @@ static void run_conn(struct conn *c)
 				reset = true;
 				break;
 			}
-			if (ret == -ETIMEDOUT && now_s() > end) {
+			if (ret == -ETIMEDOUT && now() > end) {
 				idle = true;
 				break;
 			}
 			if (ret == 0)
-				end = now_s() + (clean ? 15 : 1.5);
+				end = now() + (clean ? 15 : 1.5);
 		}
 		if (c->got_term)
 			c->outcome = OUT_TERM;
@@ -2062,7 +2019,7 @@ static void *worker_main(void *arg)
 
 		pthread_mutex_lock(&gstats_lock);
 		idx = next_conn < opt_conns && !stop_all &&
-		      now_s() - t_start < opt_seconds ? next_conn++ : -1;
+		      now() - t_start < opt_seconds ? next_conn++ : -1;
 		pthread_mutex_unlock(&gstats_lock);
 		if (idx < 0)
 			break;
@@ -2071,7 +2028,7 @@ static void *worker_main(void *arg)
 		rnd64(&c->r);
 		run_conn(c);
 		pthread_mutex_lock(&gstats_lock);
-		t_last_progress = now_s();
+		t_last_progress = now();
 		pthread_mutex_unlock(&gstats_lock);
 	}
 	return NULL;
@@ -2165,7 +2122,7 @@ static void *watchdog(void *arg)
 
 		sleep(5);
 		pthread_mutex_lock(&gstats_lock);
-		idle = now_s() - t_last_progress;
+		idle = now() - t_last_progress;
 		pthread_mutex_unlock(&gstats_lock);
 		if (idle > 120) {
 			printf("not ok 1 - kw_peerfuzz: no connection finished for %.0f s (hang)\n",
@@ -2223,7 +2180,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	t_start = t_last_progress = now_s();
+	t_start = t_last_progress = now();
 	pthread_create(&wd, NULL, watchdog, NULL);
 	for (i = 0; i < opt_jobs; i++)
 		pthread_create(&wk[i].th, NULL, worker_main, &wk[i]);
@@ -2232,7 +2189,7 @@ int main(int argc, char **argv)
 		merge(s, &wk[i].st);
 		worker_fini(&wk[i]);
 	}
-	dt = now_s() - t_start;
+	dt = now() - t_start;
 	pin1 = pins();
 
 	printf("# connections %ld in %.1f s (%.1f/s), failed %ld\n", s->conns,

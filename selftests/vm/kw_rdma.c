@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "kiwarp.h"
+#include "kw_vmtest.h"
 #include "../unit/harness.h"
 
 #define MIB (1024 * 1024)
@@ -57,47 +58,6 @@ struct pair {
 	int ret_a, ret_b;
 	struct kw_conn_request req;
 };
-
-/* Progress lines go out at once: a hang shows where it hangs. */
-static void note(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	printf("# ");
-	vprintf(fmt, ap);
-	printf("\n");
-	fflush(stdout);
-	va_end(ap);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int tcp_pair(int *c, int *s)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sin);
-	int l, one = 1;
-
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	l = socket(AF_INET, SOCK_STREAM, 0);
-	if (l < 0 || bind(l, (void *)&sin, sizeof(sin)) ||
-	    listen(l, 1) || getsockname(l, (void *)&sin, &len))
-		return -errno;
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(*c, (void *)&sin, sizeof(sin)))
-		return -errno;
-	*s = accept(l, NULL, NULL);
-	close(l);
-	setsockopt(*c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return *s < 0 ? -errno : 0;
-}
 
 static int end_init(struct end *e, size_t len, uint32_t access)
 {

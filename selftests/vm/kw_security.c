@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "kiwarp.h"
+#include "kw_vmtest.h"
 #include "../unit/harness.h"
 
 #define NOBODY		65534
@@ -52,26 +53,6 @@
 #endif
 
 /* ------------------------------------------------------------- helpers */
-
-static void note(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	printf("# ");
-	vprintf(fmt, ap);
-	printf("\n");
-	fflush(stdout);
-	va_end(ap);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ioctl on the context fd: 0 or -errno */
 static int xioctl(int fd, unsigned long req, void *arg)
@@ -151,49 +132,6 @@ static void as_nobody(int *kwt_fail, int secs, void (*fn)(int *, void *),
 		      void *arg)
 {
 	run_bounded(kwt_fail, secs, true, fn, arg);
-}
-
-/* A connected TCP pair over the loopback of family (AF_INET or AF_INET6). */
-static int tcp_pair_fam(int family, int *c, int *s)
-{
-	struct sockaddr_storage ss = { .ss_family = family };
-	struct sockaddr_in *sin = (void *)&ss;
-	struct sockaddr_in6 *sin6 = (void *)&ss;
-	socklen_t len = family == AF_INET ? sizeof(*sin) : sizeof(*sin6);
-	int l, one = 1, ret = 0;
-
-	*c = *s = -1;
-	if (family == AF_INET)
-		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	else
-		sin6->sin6_addr = in6addr_loopback;
-	l = socket(family, SOCK_STREAM, 0);
-	if (l < 0)
-		return -errno;
-	if (bind(l, (void *)&ss, len) || listen(l, 1) ||
-	    getsockname(l, (void *)&ss, &len))
-		goto err;
-	*c = socket(family, SOCK_STREAM, 0);
-	if (*c < 0 || connect(*c, (void *)&ss, len))
-		goto err;
-	*s = accept(l, NULL, NULL);
-	if (*s < 0)
-		goto err;
-	close(l);
-	setsockopt(*c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return 0;
-err:
-	ret = -errno;
-	close(l);
-	if (*c >= 0)
-		close(*c);
-	*c = -1;
-	return ret;
-}
-
-static int tcp_pair(int *c, int *s)
-{
-	return tcp_pair_fam(AF_INET, c, s);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Helpers the in-VM test programs share (kw_rdma, kw_hostile, kw_security,
+ * kw_peerfuzz, kw_faults): time, progress lines, loopback TCP pairs and
+ * whole-buffer socket I/O. All static inline: each program uses a subset.
+ */
+#ifndef KW_VMTEST_H
+#define KW_VMTEST_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Monotonic seconds. */
+static inline double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A TAP comment line, flushed at once: a hang shows where it hangs. */
+static inline void note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	printf("# ");
+	vprintf(fmt, ap);
+	printf("\n");
+	fflush(stdout);
+	va_end(ap);
+}
+
+/*
+ * A connected TCP pair over the loopback of family (AF_INET or AF_INET6);
+ * the connecting side (*c) has TCP_NODELAY. Returns 0 or -errno.
+ */
+static inline int tcp_pair_fam(int family, int *c, int *s)
+{
+	struct sockaddr_storage ss = { .ss_family = family };
+	struct sockaddr_in *sin = (void *)&ss;
+	struct sockaddr_in6 *sin6 = (void *)&ss;
+	socklen_t len = family == AF_INET ? sizeof(*sin) : sizeof(*sin6);
+	int l, one = 1, ret = 0;
+
+	*c = *s = -1;
+	if (family == AF_INET)
+		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else
+		sin6->sin6_addr = in6addr_loopback;
+	l = socket(family, SOCK_STREAM, 0);
+	if (l < 0)
+		return -errno;
+	if (bind(l, (void *)&ss, len) || listen(l, 1) ||
+	    getsockname(l, (void *)&ss, &len))
+		goto err;
+	*c = socket(family, SOCK_STREAM, 0);
+	if (*c < 0 || connect(*c, (void *)&ss, len))
+		goto err;
+	*s = accept(l, NULL, NULL);
+	if (*s < 0)
+		goto err;
+	close(l);
+	setsockopt(*c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+err:
+	ret = -errno;
+	close(l);
+	if (*c >= 0)
+		close(*c);
+	*c = -1;
+	return ret;
+}
+
+static inline int tcp_pair(int *c, int *s)
+{
+	return tcp_pair_fam(AF_INET, c, s);
+}
+
+/* Write all of p (no SIGPIPE). Returns 0 or -errno (-EPIPE at EOF). */
+static inline int writen(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EPIPE;
+		b += w;
+		n -= w;
+	}
+	return 0;
+}
+
+/*
+ * Read exactly n bytes, waiting at most ms for each piece. Returns 0,
+ * -ETIMEDOUT, -ECONNRESET (EOF) or -errno.
+ */
+static inline int readn(int fd, void *p, size_t n, int ms)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pfd, 1, ms) != 1)
+			return -ETIMEDOUT;
+		r = read(fd, b, n);
+		if (r <= 0)
+			return r ? -errno : -ECONNRESET;
+		b += r;
+		n -= r;
+	}
+	return 0;
+}
+
+#endif /* KW_VMTEST_H */
