@@ -851,9 +851,13 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
 	bounce = kvmalloc(mulpdu, GFP_KERNEL_ACCOUNT);
-	/* an FPDU's pages: header, trailer, payload (a page boundary or an
-	 * SGE boundary ends a piece) */
-	nbvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + KIWARP_MAX_SGE;
+	/*
+	 * An FPDU's pieces: header, trailer and the payload's, where a page
+	 * or SGE boundary ends a piece. An SGE of len bytes spans at most
+	 * len / PAGE_SIZE + 2 pages (it may start at a page's last byte), so
+	 * the payload needs at most mulpdu / PAGE_SIZE + 2 per SGE.
+	 */
+	nbvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + 2 * KIWARP_MAX_SGE;
 	bvec = kvmalloc_array(nbvec, sizeof(*bvec), GFP_KERNEL_ACCOUNT);
 	if (!bounce || !bvec) {
 		kvfree(bounce);

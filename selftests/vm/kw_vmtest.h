@@ -43,9 +43,11 @@ static inline void note(const char *fmt, ...)
 
 /*
  * A connected TCP pair over the loopback of family (AF_INET or AF_INET6);
- * the connecting side (*c) has TCP_NODELAY. Returns 0 or -errno.
+ * the connecting side (*c) has TCP_NODELAY. mss > 0: both ends use that
+ * maximum segment size (TCP_MAXSEG before the handshake), as on a link
+ * with a small MTU. Returns 0 or -errno.
  */
-static inline int tcp_pair_fam(int family, int *c, int *s)
+static inline int tcp_pair_mss(int family, int mss, int *c, int *s)
 {
 	struct sockaddr_storage ss = { .ss_family = family };
 	struct sockaddr_in *sin = (void *)&ss;
@@ -61,11 +63,15 @@ static inline int tcp_pair_fam(int family, int *c, int *s)
 	l = socket(family, SOCK_STREAM, 0);
 	if (l < 0)
 		return -errno;
-	if (bind(l, (void *)&ss, len) || listen(l, 1) ||
+	if ((mss > 0 && setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss,
+				   sizeof(mss))) ||
+	    bind(l, (void *)&ss, len) || listen(l, 1) ||
 	    getsockname(l, (void *)&ss, &len))
 		goto err;
 	*c = socket(family, SOCK_STREAM, 0);
-	if (*c < 0 || connect(*c, (void *)&ss, len))
+	if (*c < 0 || (mss > 0 && setsockopt(*c, IPPROTO_TCP, TCP_MAXSEG,
+					     &mss, sizeof(mss))) ||
+	    connect(*c, (void *)&ss, len))
 		goto err;
 	*s = accept(l, NULL, NULL);
 	if (*s < 0)
@@ -82,9 +88,14 @@ err:
 	return ret;
 }
 
+static inline int tcp_pair_fam(int family, int *c, int *s)
+{
+	return tcp_pair_mss(family, 0, c, s);
+}
+
 static inline int tcp_pair(int *c, int *s)
 {
-	return tcp_pair_fam(AF_INET, c, s);
+	return tcp_pair_mss(AF_INET, 0, c, s);
 }
 
 /* Write all of p (no SIGPIPE). Returns 0 or -errno (-EPIPE at EOF). */
