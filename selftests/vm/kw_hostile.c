@@ -629,12 +629,35 @@ static const struct kw_rx_ops rv_ops = {
 	.segment_done = rv_done,
 };
 
+/*
+ * The peer reads what kiwarp sends into rx (sink s) until a Terminate,
+ * want payload bytes placed, a parse failure, EOF or secs seconds.
+ */
+static void rv_read(struct kend *k, struct kw_rx *rx, struct rv_sink *s,
+		    uint64_t want, double secs)
+{
+	static uint8_t b[65536];
+	double end = now() + secs;
+
+	while (!s->got_term && s->placed < want && !kw_rx_failed(rx) &&
+	       now() < end) {
+		struct pollfd pfd = { .fd = k->raw, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pfd, 1, 500) != 1)
+			continue;
+		n = read(k->raw, b, sizeof(b));
+		if (n <= 0)
+			break;
+		kw_rx_input(rx, b, n);
+	}
+}
+
 static void rv_attack(int *kwt_fail)
 {
 	static struct kend k;
 	static struct rv_sink s;
 	static struct kw_rx rx;
-	static uint8_t b[65536];
 	struct kw_mr *mr;
 	uint8_t *buf;
 	int i, queued = -1, q, ret;
@@ -707,18 +730,7 @@ static void rv_attack(int *kwt_fail)
 		buf[j] = rv_new(j);
 	/* now the peer reads everything kiwarp sends */
 	kw_rx_init(&rx, &rv_ops, &s, k.crc, 0);
-	end = now() + 30;
-	while (!s.got_term && !kw_rx_failed(&rx) && now() < end) {
-		struct pollfd pfd = { .fd = k.raw, .events = POLLIN };
-		ssize_t n;
-
-		if (poll(&pfd, 1, 500) != 1)
-			continue;
-		n = read(k.raw, b, sizeof(b));
-		if (n <= 0)
-			break;
-		kw_rx_input(&rx, b, n);
-	}
+	rv_read(&k, &rx, &s, UINT64_MAX, 30);
 	printf("# peer got %llu of %u bytes: %llu old, %llu new, %llu other; Terminate %d (%u/%u/%u)\n",
 	       (unsigned long long)s.placed, RV_MR,
 	       (unsigned long long)s.old_bytes,
@@ -842,7 +854,6 @@ TEST(zero_copy_and_completion_on_ack)
 	static struct kend k;
 	static struct rv_sink s;
 	static struct kw_rx rx;
-	static uint8_t b[65536];
 	struct kiwarp_query_qp q;
 	struct kiwarp_cqe cqe;
 	struct kw_mr *mr;
@@ -908,18 +919,7 @@ TEST(zero_copy_and_completion_on_ack)
 	       (unsigned long long)zc_lo, (unsigned long long)zc_hi);
 	/* the peer reads everything */
 	kw_rx_init(&rx, &zc_ops, &s, false, 0);
-	end = now() + 60;
-	while (s.placed < ZC_LEN && !kw_rx_failed(&rx) && now() < end) {
-		struct pollfd pfd = { .fd = k.raw, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&pfd, 1, 500) != 1)
-			continue;
-		r = read(k.raw, b, sizeof(b));
-		if (r <= 0)
-			break;
-		kw_rx_input(&rx, b, r);
-	}
+	rv_read(&k, &rx, &s, ZC_LEN, 60);
 	printf("# peer got %llu B: %llu as expected, %llu wrong\n",
 	       (unsigned long long)s.placed, (unsigned long long)s.old_bytes,
 	       (unsigned long long)s.new_bytes);
