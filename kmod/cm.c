@@ -840,7 +840,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	int from = initiator ? KIWARP_QPS_IDLE : KIWARP_QPS_MPA_REQ_RCVD;
 	struct sock *sk = qp->sock->sk;
 	struct bio_vec *bvec;
-	u32 mss, mulpdu, nbvec;
+	u32 mss, mulpdu, nbvec, fpdu_bvec;
 	u8 *bounce;
 
 	lock_sock(sk);
@@ -855,9 +855,11 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	 * An FPDU's pieces: header, trailer and the payload's, where a page
 	 * or SGE boundary ends a piece. An SGE of len bytes spans at most
 	 * len / PAGE_SIZE + 2 pages (it may start at a page's last byte), so
-	 * the payload needs at most mulpdu / PAGE_SIZE + 2 per SGE.
+	 * the payload needs at most mulpdu / PAGE_SIZE + 2 per SGE. A batch
+	 * (tx.c) has room for two FPDUs at least.
 	 */
-	nbvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + 2 * KIWARP_MAX_SGE;
+	fpdu_bvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + 2 * KIWARP_MAX_SGE;
+	nbvec = max_t(u32, KW_TX_BVEC_MIN, 2 * fpdu_bvec);
 	bvec = kvmalloc_array(nbvec, sizeof(*bvec), GFP_KERNEL_ACCOUNT);
 	if (!bounce || !bvec) {
 		kvfree(bounce);
@@ -879,6 +881,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->tx_bounce = bounce;
 	qp->tx_bvec = bvec;
 	qp->tx_bvec_max = nbvec;
+	qp->tx_bvec_fpdu = fpdu_bvec;
 	qp->orq_size = clamp_t(u32, res->ord, 1, KW_MAX_ORD);
 	qp->irq_size = clamp_t(u32, res->ird, 1, KW_MAX_IRD);
 	qp->rtr_send = initiator && res->p2p && res->rtr;

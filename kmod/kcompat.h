@@ -62,10 +62,9 @@ typedef struct sockaddr kw_sockaddr_arg;
 #endif
 
 /*
- * 6.10 (page_frag_cache_drain): release a page_frag_cache's page. Only the
- * MSG_SPLICE_PAGES path uses page fragments; 6.5 to 6.9 drain by hand.
+ * 6.10 (page_frag_cache_drain): release a page_frag_cache's page (tx.c's
+ * header/trailer fragments); before it, drain by hand.
  */
-#ifdef KW_TX_SPLICE
 #include <linux/skbuff.h>
 #ifdef KW_HAVE_PAGE_FRAG_CACHE_DRAIN
 #define kw_page_frag_cache_drain page_frag_cache_drain
@@ -77,7 +76,6 @@ static inline void kw_page_frag_cache_drain(struct page_frag_cache *nc)
 					nc->pagecnt_bias);
 	nc->va = NULL;
 }
-#endif
 #endif
 
 #endif /* KW_KCOMPAT_H */

@@ -44,6 +44,14 @@
 #define KW_MAX_ORD	128	/* power of two */
 #define KW_MAX_MR_SIZE	(1ULL << 32)	/* TOs within one MR fit u32 math */
 
+/*
+ * Transmit batches (tx.c): at most this many FPDUs, started while the
+ * batch holds fewer than KW_TX_BATCH_BYTES, go to TCP in one call.
+ */
+#define KW_TX_BATCH_FPDUS	64
+#define KW_TX_BATCH_BYTES	(64 * 1024)
+#define KW_TX_BVEC_MIN		256	/* tx_bvec entries, at least */
+
 /* mmap offset encoding: ((kind << 32) | handle) << PAGE_SHIFT */
 enum kw_mmap_kind {
 	KW_MMAP_CQ = 1,

@@ -157,10 +157,10 @@ struct kw_qp {
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
 	struct work_struct tx_work;
 	struct kw_tx_msg tx_msg;
-	struct kw_tx_fpdu tx_fpdu;
+	struct kw_tx_fpdu tx_fpdu;	/* the FPDU being cut (tx.c) */
 	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
-	u32 tx_fpdu_sent;	/* bytes of tx_fpdu already accepted by TCP */
-	bool tx_active;		/* tx_msg/tx_fpdu in progress */
+	bool tx_active;		/* tx_msg in progress */
+	bool tx_msg_cut;	/* its last FPDU is in the batch */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */
 	u32 tx_sq_idx;		/* for SQ WRs */
 	struct kw_irq tx_irq;	/* for Read Responses */
@@ -169,11 +169,23 @@ struct kw_qp {
 	u32 tx_nsge;
 	u8 tx_inline[KW_READ_REQ_LEN];
 	u8 *tx_bounce;		/* mulpdu bytes: Read Response payload */
-	/* MSG_SPLICE_PAGES transmit (tx.c; unused with sendpage) */
-	struct bio_vec *tx_bvec;	/* one FPDU: tx_bvec_max entries */
+	/*
+	 * The batch: consecutive FPDUs of tx_msg handed to TCP in one call
+	 * (tx.c). tx_bvec describes its bytes: header/trailer fragments
+	 * from tx_frag_cache and payload pages of tx_mr.
+	 */
+	struct bio_vec *tx_bvec;	/* tx_bvec_max entries */
 	u32 tx_bvec_max;
+	u32 tx_bvec_fpdu;	/* entries one FPDU may need, at most */
+	u32 tx_nbv;		/* entries in use */
+	u32 tx_batch_len;	/* bytes in the batch */
+	u32 tx_batch_sent;	/* of which TCP has accepted */
+	bool tx_batch_copy;	/* a page TCP must copy (!sendpage_ok) */
+	u8 tx_trl[8];		/* last FPDU's trailer, not yet in tx_bvec */
+	u32 tx_trl_len;
 	struct page_frag_cache tx_frag_cache;
-	u8 *tx_frag;		/* current FPDU's header + trailer */
+	u8 *tx_frags[KW_TX_BATCH_FPDUS + 1];	/* our refs until TCP has them */
+	u32 tx_nfrags;
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */
 	u8 term_buf[KW_TERM_MAX_LEN];

@@ -5,22 +5,24 @@
  * core (ddp.c) cuts each RDMAP message into FPDUs and gives us header and
  * trailer bytes; payload goes to TCP straight from the pinned pages, which
  * the skb frags then reference (TCP holds its own page references until
- * the data is acknowledged). Two kernel interfaces do that (kcompat.h):
+ * the data is acknowledged).
  *
- *  - MSG_SPLICE_PAGES (6.5 on): one sendmsg() per FPDU over a bvec of
- *    header, payload pages and trailer. Only pages TCP may take references
- *    on can be spliced (sendpage_ok(): no slab), so header and trailer are
- *    copied into a fragment of the QP's page_frag cache, which TCP keeps
- *    alive through its own references, retransmissions included. An FPDU
- *    with a page that is not sendpage_ok() is sent by copy instead.
- *  - sendpage (up to 6.4): header and trailer copied by sendmsg(), the
- *    payload by reference with proto_ops.sendpage, one page at a time.
+ * FPDUs go to TCP in batches (tx_fill()): up to KW_TX_BATCH_FPDUS of one
+ * message in a bvec of header/trailer fragments (page_frag, see
+ * tx_batch_glue()) and payload pages, handed over in one call whatever the
+ * MTU makes the FPDU size. Two kernel interfaces do that (kcompat.h):
  *
- * Either way, Read Response payload is copied (tx_bounce_payload()).
+ *  - MSG_SPLICE_PAGES (6.5 on): one sendmsg() over the bvec. Only pages
+ *    TCP may take references on can be spliced (sendpage_ok(): no slab);
+ *    a batch with another page is sent by copy instead.
+ *  - sendpage (up to 6.4): tcp_sendpage_locked() per entry under one
+ *    socket lock, MSG_SENDPAGE_NOTLAST on all but the last.
  *
- * All socket calls are non-blocking: on -EAGAIN we keep the cursor (how
- * many bytes of the current FPDU TCP accepted) and sk_write_space requeues
- * the work.
+ * Either way, Read Response payload is copied (tx_bounce_payload()) and
+ * sent one FPDU at a time.
+ *
+ * All socket calls are non-blocking: on -EAGAIN we keep the batch and how
+ * many of its bytes TCP accepted, and sk_write_space requeues the work.
  *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
@@ -40,12 +42,26 @@ static void tx_drop_refs(struct kw_qp *qp)
 	qp->tx_nsge = 0;
 }
 
-static void tx_splice_release(struct kw_qp *qp);
+/* Forget the batch and drop our references on its fragments. */
+static void tx_batch_reset(struct kw_qp *qp)
+{
+	u32 i;
+
+	for (i = 0; i < qp->tx_nfrags; i++)
+		page_frag_free(qp->tx_frags[i]);
+	qp->tx_nfrags = 0;
+	qp->tx_nbv = 0;
+	qp->tx_batch_len = 0;
+	qp->tx_batch_sent = 0;
+	qp->tx_batch_copy = false;
+	qp->tx_trl_len = 0;
+}
 
 /* Teardown: tx_work is cancelled; drop what its cursor still holds. */
 void kw_tx_release(struct kw_qp *qp)
 {
-	tx_splice_release(qp);
+	tx_batch_reset(qp);
+	kw_page_frag_cache_drain(&qp->tx_frag_cache);
 	tx_drop_refs(qp);
 	qp->tx_active = false;
 }
@@ -133,197 +149,7 @@ static bool tx_bounced(const struct kw_qp *qp)
 	return qp->tx_kind == KW_TXK_READ_RESP;
 }
 
-#ifdef KW_TX_SPLICE
-/* Header and trailer of one FPDU, in one page fragment (see top). */
-#define KW_TX_FRAG	roundup_pow_of_two(KW_TX_HDR_MAX + sizeof_field(struct kw_tx_fpdu, trailer))
-
-static void tx_frag_free(struct kw_qp *qp)
-{
-	if (qp->tx_frag)
-		page_frag_free(qp->tx_frag);
-	qp->tx_frag = NULL;
-}
-
-static void tx_splice_release(struct kw_qp *qp)
-{
-	tx_frag_free(qp);
-	kw_page_frag_cache_drain(&qp->tx_frag_cache);
-}
-
-/*
- * Copy the sealed header and trailer into a fresh fragment. Our own
- * cache, always KW_TX_FRAG (a power of two) at a time, so a fragment is
- * naturally aligned and never straddles a page.
- */
-static int tx_frag_fill(struct kw_qp *qp)
-{
-	const struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u8 *p;
-
-	tx_frag_free(qp);
-	if (tx_bounced(qp))
-		return 0;	/* sent by copy */
-	p = page_frag_alloc(&qp->tx_frag_cache, KW_TX_FRAG, GFP_KERNEL_ACCOUNT);
-	if (!p)
-		return -ENOMEM;
-	if (WARN_ON_ONCE(offset_in_page(p) + KW_TX_FRAG > PAGE_SIZE)) {
-		page_frag_free(p);
-		return -EIO;
-	}
-	memcpy(p, f->hdr, f->hdr_len);
-	memcpy(p + f->hdr_len, f->trailer, f->trailer_len);
-	qp->tx_frag = p;
-	return 0;
-}
-
-/*
- * Push the current FPDU with one sendmsg(); returns 0 when all of it is in
- * TCP. After a partial send the bvec is rebuilt and advanced past what TCP
- * took: the fragment and the MR pages stay put until the FPDU is done.
- */
-static int tx_push_fpdu(struct kw_qp *qp)
-{
-	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u32 total = f->hdr_len + f->payload_len + f->trailer_len;
-	struct msghdr msg = {
-		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_SPLICE_PAGES |
-			     (f->last ? 0 : MSG_MORE),
-	};
-	struct bio_vec *bv = qp->tx_bvec;
-	u32 n = 0, off = 0;
-	int ret;
-
-	lockdep_assert_held(&qp->tx_mutex);
-	if (qp->tx_fpdu_sent >= total)
-		return 0;
-	if (tx_bounced(qp)) {
-		/* slab or vmalloc memory: TCP copies it */
-		struct kvec iov[3] = {
-			{ f->hdr, f->hdr_len },
-			{ qp->tx_bounce, f->payload_len },
-			{ f->trailer, f->trailer_len },
-		};
-
-		msg.msg_flags &= ~MSG_SPLICE_PAGES;
-		iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, iov, 3, total);
-		iov_iter_advance(&msg.msg_iter, qp->tx_fpdu_sent);
-		goto send;
-	}
-	if (WARN_ON_ONCE(!qp->tx_frag))
-		return -EIO;
-	bvec_set_virt(&bv[n++], qp->tx_frag, f->hdr_len);
-	while (off < f->payload_len) {
-		unsigned int pg_off, avail;
-		struct page *page;
-		u32 sge, left, len;
-		u64 mr_off;
-
-		if (WARN_ON_ONCE(n + 2 > qp->tx_bvec_max ||
-				 !tx_locate(qp, f->payload_off + off, &sge,
-					    &mr_off, &left)))
-			return -EIO;
-		page = kw_mr_page(qp->tx_mr[sge], mr_off, &pg_off, &avail);
-		len = min3(f->payload_len - off, left, avail);
-		if (!sendpage_ok(page))
-			msg.msg_flags &= ~MSG_SPLICE_PAGES;
-		bvec_set_page(&bv[n++], page, len, pg_off);
-		off += len;
-	}
-	if (f->trailer_len)
-		bvec_set_virt(&bv[n++], qp->tx_frag + f->hdr_len,
-			      f->trailer_len);
-	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, bv, n, total);
-	iov_iter_advance(&msg.msg_iter, qp->tx_fpdu_sent);
-send:
-	while (qp->tx_fpdu_sent < total) {
-		ret = qp->sock_ops->sendmsg(qp->sock, &msg,
-					    total - qp->tx_fpdu_sent);
-		if (ret < 0)
-			return ret;
-		if (ret == 0)
-			return -EAGAIN;
-		qp->tx_fpdu_sent += ret;	/* msg_iter advanced with it */
-	}
-	tx_frag_free(qp);	/* TCP holds its own references */
-	return 0;
-}
-#else /* sendpage */
-static void tx_splice_release(struct kw_qp *qp)
-{
-}
-
-static int tx_frag_fill(struct kw_qp *qp)
-{
-	return 0;
-}
-
-static int tx_kvec(struct kw_qp *qp, const u8 *p, u32 len, bool more)
-{
-	struct kvec iov = { .iov_base = (void *)p, .iov_len = len };
-	struct msghdr msg = {
-		.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0),
-	};
-
-	return kw_sendmsg(qp, &msg, &iov, 1, len);
-}
-
-/* Push the current FPDU; returns 0 when all of it is in TCP. */
-static int tx_push_fpdu(struct kw_qp *qp)
-{
-	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u32 total = f->hdr_len + f->payload_len + f->trailer_len;
-	bool msg_end = f->last;
-
-	while (qp->tx_fpdu_sent < total) {
-		u32 sent = qp->tx_fpdu_sent;
-		int ret;
-
-		/* MSG_MORE on everything but the last byte of a message */
-		if (sent < f->hdr_len) {
-			ret = tx_kvec(qp, f->hdr + sent, f->hdr_len - sent,
-				      !msg_end || f->hdr_len < total);
-		} else if (sent < f->hdr_len + f->payload_len &&
-			   tx_bounced(qp)) {
-			u32 off = sent - f->hdr_len;
-
-			ret = tx_kvec(qp, qp->tx_bounce + off,
-				      f->payload_len - off,
-				      !msg_end || f->trailer_len);
-		} else if (sent < f->hdr_len + f->payload_len) {
-			u32 off = sent - f->hdr_len, sge, left, n;
-			unsigned int pg_off, avail;
-			struct page *page;
-			u64 mr_off;
-			int flags = MSG_DONTWAIT | MSG_NOSIGNAL;
-
-			if (WARN_ON_ONCE(!tx_locate(qp, f->payload_off + off,
-						    &sge, &mr_off, &left)))
-				return -EIO;
-			page = kw_mr_page(qp->tx_mr[sge], mr_off, &pg_off,
-					  &avail);
-			n = min3(f->payload_len - off, left, avail);
-			if (!msg_end || sent + n < total)
-				flags |= MSG_MORE | MSG_SENDPAGE_NOTLAST;
-			ret = qp->sock_ops->sendpage(qp->sock, page, pg_off, n,
-						     flags);
-		} else {
-			u32 off = sent - f->hdr_len - f->payload_len;
-
-			ret = tx_kvec(qp, f->trailer + off, f->trailer_len - off,
-				      !msg_end);
-		}
-		if (ret < 0)
-			return ret;
-		if (ret == 0)
-			return -EAGAIN;
-		qp->tx_fpdu_sent += ret;
-	}
-	return 0;
-}
-
-#endif /* KW_TX_SPLICE */
-
-/* Cut the next FPDU of tx_msg and seal its CRC. */
+/* Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. */
 static int tx_next_fpdu(struct kw_qp *qp)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
@@ -351,8 +177,221 @@ static int tx_next_fpdu(struct kw_qp *qp)
 	} else {
 		kw_tx_fpdu_seal(&qp->tx_msg, f, 0);
 	}
-	qp->tx_fpdu_sent = 0;
-	return tx_frag_fill(qp);
+	return 0;
+}
+
+/* Header and trailer bytes between two payloads, in one page fragment. */
+#define KW_TX_FRAG	roundup_pow_of_two(KW_TX_HDR_MAX + sizeof_field(struct kw_tx_fpdu, trailer))
+
+/*
+ * Append the bytes that sit between two payloads on the wire: the pending
+ * trailer of the previous FPDU and the header of the next (hdr_len 0 for
+ * the batch's end). They are copied into a fragment of the QP's own
+ * page_frag cache, always KW_TX_FRAG (a power of two) at a time, so a
+ * fragment is naturally aligned and never straddles a page. TCP takes
+ * its own page references (retransmissions included); ours go when TCP
+ * has the whole batch.
+ */
+static int tx_batch_glue(struct kw_qp *qp, const u8 *hdr, u32 hdr_len)
+{
+	u32 len = qp->tx_trl_len + hdr_len;
+	u8 *p;
+
+	if (!len)
+		return 0;
+	if (WARN_ON_ONCE(len > KW_TX_FRAG ||
+			 qp->tx_nfrags >= ARRAY_SIZE(qp->tx_frags) ||
+			 qp->tx_nbv >= qp->tx_bvec_max))
+		return -EIO;
+	p = page_frag_alloc(&qp->tx_frag_cache, KW_TX_FRAG, GFP_KERNEL_ACCOUNT);
+	if (!p)
+		return -ENOMEM;
+	qp->tx_frags[qp->tx_nfrags++] = p;
+	if (WARN_ON_ONCE(offset_in_page(p) + KW_TX_FRAG > PAGE_SIZE))
+		return -EIO;
+	memcpy(p, qp->tx_trl, qp->tx_trl_len);
+	memcpy(p + qp->tx_trl_len, hdr, hdr_len);
+	qp->tx_trl_len = 0;
+	bvec_set_page(&qp->tx_bvec[qp->tx_nbv++], virt_to_page(p), len,
+		      offset_in_page(p));
+	qp->tx_batch_len += len;
+	return 0;
+}
+
+/* Append the payload of FPDU f: one entry per page (and SGE) it touches. */
+static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
+{
+	u32 off = 0;
+
+	while (off < f->payload_len) {
+		unsigned int pg_off, avail;
+		struct page *page;
+		u32 sge, left, len;
+		u64 mr_off;
+
+		if (WARN_ON_ONCE(qp->tx_nbv + 1 >= qp->tx_bvec_max ||
+				 !tx_locate(qp, f->payload_off + off, &sge,
+					    &mr_off, &left)))
+			return -EIO;
+		page = kw_mr_page(qp->tx_mr[sge], mr_off, &pg_off, &avail);
+		len = min3(f->payload_len - off, left, avail);
+		if (!sendpage_ok(page))
+			qp->tx_batch_copy = true;
+		bvec_set_page(&qp->tx_bvec[qp->tx_nbv++], page, len, pg_off);
+		qp->tx_batch_len += len;
+		off += len;
+	}
+	return 0;
+}
+
+/*
+ * Cut the next FPDUs of tx_msg into a new batch: one at least, more while
+ * the batch holds fewer than KW_TX_BATCH_FPDUS FPDUs and KW_TX_BATCH_BYTES
+ * bytes and has room for one more FPDU's pieces. A small MULPDU (1442
+ * bytes on a 1500-byte MTU) makes many FPDUs per message; one socket call
+ * each was most of the transmit cost. A Read Response goes one FPDU at a
+ * time, from tx_bounce.
+ */
+static int tx_fill(struct kw_qp *qp)
+{
+	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u32 n = 0;
+	int ret;
+
+	lockdep_assert_held(&qp->tx_mutex);
+	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
+	tx_batch_reset(qp);
+	if (tx_bounced(qp)) {
+		ret = tx_next_fpdu(qp);
+		if (ret)
+			return ret;
+		qp->tx_batch_len = f->hdr_len + f->payload_len +
+				   f->trailer_len;
+		qp->tx_msg_cut = f->last;
+		return 0;
+	}
+	do {
+		ret = tx_next_fpdu(qp);
+		if (!ret)
+			ret = tx_batch_glue(qp, f->hdr, f->hdr_len);
+		if (!ret)
+			ret = tx_batch_payload(qp, f);
+		if (ret)
+			return ret;
+		memcpy(qp->tx_trl, f->trailer, f->trailer_len);
+		qp->tx_trl_len = f->trailer_len;
+	} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
+		 qp->tx_batch_len < KW_TX_BATCH_BYTES &&
+		 qp->tx_nbv + qp->tx_bvec_fpdu <= qp->tx_bvec_max);
+	qp->tx_msg_cut = f->last;
+	return tx_batch_glue(qp, NULL, 0);	/* the last trailer */
+}
+
+/* A Read Response's FPDU: header, tx_bounce, trailer; TCP copies them. */
+static int tx_push_kvec(struct kw_qp *qp, int flags)
+{
+	const struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	struct kvec iov[3] = {
+		{ (void *)f->hdr, f->hdr_len },
+		{ qp->tx_bounce, f->payload_len },
+		{ (void *)f->trailer, f->trailer_len },
+	};
+	struct msghdr msg = { .msg_flags = flags };
+
+	iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, iov, 3, qp->tx_batch_len);
+	iov_iter_advance(&msg.msg_iter, qp->tx_batch_sent);
+	return qp->sock_ops->sendmsg(qp->sock, &msg,
+				     qp->tx_batch_len - qp->tx_batch_sent);
+}
+
+#ifdef KW_TX_SPLICE
+/* One sendmsg() over the batch's bvec, from where TCP stopped taking. */
+static int tx_push_pages(struct kw_qp *qp, int flags)
+{
+	struct msghdr msg = { .msg_flags = flags };
+
+	/* a page that is not sendpage_ok() (slab) must be copied */
+	if (!qp->tx_batch_copy)
+		msg.msg_flags |= MSG_SPLICE_PAGES;
+	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec, qp->tx_nbv,
+		      qp->tx_batch_len);
+	iov_iter_advance(&msg.msg_iter, qp->tx_batch_sent);
+	return qp->sock_ops->sendmsg(qp->sock, &msg,
+				     qp->tx_batch_len - qp->tx_batch_sent);
+}
+#else /* sendpage */
+/*
+ * One sendpage per bvec entry, all under one socket lock with
+ * MSG_SENDPAGE_NOTLAST on all but the last (TCP pushes only full
+ * segments, or when it runs out of room), as kTLS does. That takes the
+ * socket as plain TCP: if something replaced its proto (a BPF sockmap),
+ * every entry goes through the socket's own sendpage instead.
+ */
+static int tx_push_pages(struct kw_qp *qp, int flags)
+{
+	struct sock *sk = qp->sock->sk;
+	bool locked = READ_ONCE(sk->sk_prot)->sendmsg == tcp_sendmsg;
+	u32 skip = qp->tx_batch_sent, i;
+	int sent = 0, ret = 0;
+
+	if (locked)
+		lock_sock(sk);
+	for (i = 0; i < qp->tx_nbv; i++) {
+		const struct bio_vec *bv = &qp->tx_bvec[i];
+		struct page *page = bv->bv_page;
+		u32 off = bv->bv_offset, len = bv->bv_len;
+		int fl = flags;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		off += skip;
+		len -= skip;
+		skip = 0;
+		if (i + 1 < qp->tx_nbv)
+			fl |= MSG_MORE | MSG_SENDPAGE_NOTLAST;
+		if (!sendpage_ok(page))
+			ret = locked ?
+			      sock_no_sendpage_locked(sk, page, off, len, fl) :
+			      sock_no_sendpage(qp->sock, page, off, len, fl);
+		else
+			ret = locked ?
+			      tcp_sendpage_locked(sk, page, off, len, fl) :
+			      qp->sock_ops->sendpage(qp->sock, page, off, len,
+						     fl);
+		if (ret <= 0)
+			break;
+		sent += ret;
+		if (ret < len)
+			break;
+	}
+	if (locked)
+		release_sock(sk);
+	return sent ? sent : ret;
+}
+#endif /* KW_TX_SPLICE */
+
+/* Hand the rest of the batch to TCP; 0 once TCP has all of it. */
+static int tx_push(struct kw_qp *qp)
+{
+	/* MSG_MORE on everything but the last byte of a message */
+	int flags = MSG_DONTWAIT | MSG_NOSIGNAL |
+		    (qp->tx_msg_cut ? 0 : MSG_MORE);
+	int ret;
+
+	lockdep_assert_held(&qp->tx_mutex);
+	while (qp->tx_batch_sent < qp->tx_batch_len) {
+		ret = tx_bounced(qp) ? tx_push_kvec(qp, flags) :
+				       tx_push_pages(qp, flags);
+		if (ret < 0)
+			return ret;
+		if (ret == 0)
+			return -EAGAIN;
+		qp->tx_batch_sent += ret;
+	}
+	tx_batch_reset(qp);	/* TCP holds its own page references */
+	return 0;
 }
 
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
@@ -586,17 +625,17 @@ again:
 			spin_unlock_bh(&qp->lock);
 			if (!go)
 				break;
-			ret = tx_next_fpdu(qp);
+			ret = tx_fill(qp);
 			if (ret)
 				goto fail;
 		}
-		ret = tx_push_fpdu(qp);
+		ret = tx_push(qp);
 		if (ret == -EAGAIN)
 			return;		/* sk_write_space requeues us */
 		if (ret)
 			goto fail;
-		if (!qp->tx_fpdu.last) {
-			ret = tx_next_fpdu(qp);
+		if (!qp->tx_msg_cut) {
+			ret = tx_fill(qp);
 			if (ret)
 				goto fail;
 			continue;
@@ -630,6 +669,7 @@ fail:
 		spin_lock_bh(&qp->lock);
 		qp->tx_active = false;
 		spin_unlock_bh(&qp->lock);
+		tx_batch_reset(qp);
 		tx_drop_refs(qp);
 		/* Only the Terminate can be picked now (TERMINATE state). */
 		kw_qp_fail(qp, &revoked, NULL, 0);
@@ -639,6 +679,7 @@ fail:
 	spin_lock_bh(&qp->lock);
 	qp->tx_active = false;
 	spin_unlock_bh(&qp->lock);
+	tx_batch_reset(qp);
 	tx_drop_refs(qp);
 	kw_qp_set_error(qp);
 }
