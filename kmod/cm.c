@@ -513,9 +513,11 @@ static void kw_write_space(struct sock *sk)
 		/* the bit stays set while tx_work waits for send space */
 		if (sk_stream_is_writeable(sk)) {
 			clear_bit(SOCK_NOSPACE, &sk->sk_socket->flags);
-			kw_qp_kick_tx(qp);
+			/* only a transmit that TCP stopped needs the work */
+			if (test_and_clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags))
+				kw_qp_kick_tx(qp);
 		}
-		kw_qp_wait_acks(qp);
+		kw_qp_wait_acks(qp);	/* completion on ACK */
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 }

@@ -156,6 +156,14 @@ struct kw_qp {
 	/* transmit path (under tx_mutex) */
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
 	struct work_struct tx_work;
+	/*
+	 * KW_TXF_WAIT_SPACE: a push is under way or TCP refused bytes, so
+	 * sk_write_space must requeue tx_work once TCP has room. Set before
+	 * each push (an ACK processed while TCP still has our bytes can then
+	 * never be missed), cleared when the batch is in TCP; kw_write_space
+	 * clears it when it requeues. Without it every ACK queued tx_work.
+	 */
+	unsigned long tx_flags;
 	struct kw_tx_msg tx_msg;
 	struct kw_tx_fpdu tx_fpdu;	/* the FPDU being cut (tx.c) */
 	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
@@ -195,6 +203,8 @@ struct kw_qp {
 	/* statistics */
 	u64 tx_bytes, rx_bytes;
 };
+
+enum { KW_TXF_WAIT_SPACE };	/* tx_flags bits */
 
 enum kw_tx_kind {
 	KW_TXK_NONE,

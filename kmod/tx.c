@@ -629,9 +629,11 @@ again:
 			if (ret)
 				goto fail;
 		}
+		set_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		ret = tx_push(qp);
 		if (ret == -EAGAIN)
 			return;		/* sk_write_space requeues us */
+		clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		if (ret)
 			goto fail;
 		if (!qp->tx_msg_cut) {
