@@ -675,10 +675,12 @@ static void wait_byte(struct ctx *c, volatile uint8_t *p, uint8_t v)
 	unsigned spins = 0;
 
 	while (*p != v) {
-		if (++spins % 4096 == 0) {
+		if (++spins % 4096 == 0)
 			drain_send_cq(c);
-			if (spins % (1U << 20) == 0)
-				check_qp_alive(c);
+		/* rarely: a clock read can cost more than a round trip
+		 * under TCG (see wait_cqe()) */
+		if (spins % (1U << 20) == 0) {
+			check_qp_alive(c);
 			if (!t0)
 				t0 = now_us();
 			else if (now_us() - t0 > IDLE_TIMEOUT_MS * 1e3)
