@@ -78,4 +78,12 @@ static inline void kw_page_frag_cache_drain(struct page_frag_cache *nc)
 }
 #endif
 
+/*
+ * 6.17 (WQ_PERCPU): a per-CPU workqueue says so; without either flag
+ * alloc_workqueue() warns (the default is to become unbound).
+ */
+#ifndef KW_HAVE_WQ_PERCPU
+#define WQ_PERCPU	0
+#endif
+
 #endif /* KW_KCOMPAT_H */

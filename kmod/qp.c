@@ -590,7 +590,9 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	BUILD_BUG_ON(KW_MAX_ORD & (KW_MAX_ORD - 1));
 	BUILD_BUG_ON(KW_MAX_IRD & (KW_MAX_IRD - 1));
 
-	if (arg->reserved || arg->handle || (arg->flags & ~KIWARP_QP_SIGNAL_ALL))
+	if (arg->reserved || arg->handle ||
+	    (arg->flags & ~(KIWARP_QP_SIGNAL_ALL | KIWARP_QP_COPY_MAX)) ||
+	    (!(arg->flags & KIWARP_QP_COPY_MAX) && arg->copy_max))
 		return -EINVAL;
 	if (!kw_mem_is_zero(&arg->sq, sizeof(arg->sq)) ||
 	    !kw_mem_is_zero(&arg->rq, sizeof(arg->rq)))
@@ -613,6 +615,8 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	qp->state = KIWARP_QPS_IDLE;
 	qp->sig_all = arg->flags & KIWARP_QP_SIGNAL_ALL;
 	qp->max_sge = arg->max_sge ? arg->max_sge : 1;
+	qp->copy_max = arg->flags & KIWARP_QP_COPY_MAX ? arg->copy_max :
+		       KIWARP_COPY_MAX_DEFAULT;
 
 	/* Ring memory is charged to RLIMIT_MEMLOCK and the memcg (umem.c). */
 	ret = ring_alloc(&qp->sq, ctx->mm, arg->sq_entries);
@@ -809,7 +813,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	struct kw_qp *qp;
 	u32 handle = arg->qp;
 
-	if (arg->reserved0 || !kw_mem_is_zero(arg->reserved, sizeof(arg->reserved)))
+	if (arg->copy_max || !kw_mem_is_zero(arg->reserved, sizeof(arg->reserved)))
 		return -EINVAL;
 	qp = kw_qp_get(ctx, handle);
 	if (!qp)
@@ -830,6 +834,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->term_sent = qp->term_sent;
 	arg->term_rcvd = qp->term_rcvd;
 	arg->mulpdu = qp->mulpdu;
+	arg->copy_max = qp->copy_max;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;
 	spin_unlock_bh(&qp->lock);
@@ -875,7 +880,14 @@ int kw_qp_mmap(struct kw_ctx *ctx, u32 handle, enum kw_mmap_kind kind,
 
 int kw_qp_init(void)
 {
-	kw_wq = alloc_workqueue("kiwarp", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	/*
+	 * Per-CPU: a work item runs on the CPU that queued it, which is the
+	 * CPU that just processed the ACK (sk_write_space), the peer's
+	 * request (receive) or the doorbell: the socket is hot in its cache,
+	 * and a connection's work stays on its own side of the host's CPUs
+	 * instead of landing wherever the scheduler finds idle time.
+	 */
+	kw_wq = alloc_workqueue("kiwarp", WQ_PERCPU | WQ_MEM_RECLAIM, 0);
 	return kw_wq ? 0 : -ENOMEM;
 }
 

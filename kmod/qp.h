@@ -94,6 +94,7 @@ struct kw_qp {
 	u32 pd_id;
 	bool sig_all;
 	u32 max_sge;
+	u32 copy_max;		/* Sends/Writes up to this are copied (tx.c) */
 
 	spinlock_t lock;	/* see the comment at the top of this file */
 	int state;		/* KIWARP_QPS_* */
@@ -169,6 +170,7 @@ struct kw_qp {
 	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
 	bool tx_active;		/* tx_msg in progress */
 	bool tx_msg_cut;	/* its last FPDU is in the batch */
+	bool tx_copy;		/* SQ payload copied, done when in TCP */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */
 	u32 tx_sq_idx;		/* for SQ WRs */
 	struct kw_irq tx_irq;	/* for Read Responses */

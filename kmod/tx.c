@@ -311,7 +311,7 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	struct msghdr msg = { .msg_flags = flags };
 
 	/* a page that is not sendpage_ok() (slab) must be copied */
-	if (!qp->tx_batch_copy)
+	if (!qp->tx_copy && !qp->tx_batch_copy)
 		msg.msg_flags |= MSG_SPLICE_PAGES;
 	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec, qp->tx_nbv,
 		      qp->tx_batch_len);
@@ -334,6 +334,15 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	u32 skip = qp->tx_batch_sent, i;
 	int sent = 0, ret = 0;
 
+	if (qp->tx_copy) {	/* one sendmsg() copies the whole batch */
+		struct msghdr msg = { .msg_flags = flags };
+
+		iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec,
+			      qp->tx_nbv, qp->tx_batch_len);
+		iov_iter_advance(&msg.msg_iter, skip);
+		return qp->sock_ops->sendmsg(qp->sock, &msg,
+					     qp->tx_batch_len - skip);
+	}
 	if (locked)
 		lock_sock(sk);
 	for (i = 0; i < qp->tx_nbv; i++) {
@@ -396,6 +405,7 @@ static int tx_push(struct kw_qp *qp)
 
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
 {
+	qp->tx_copy = false;
 	memset(&qp->tx_msg, 0, sizeof(qp->tx_msg));
 	qp->tx_msg.opcode = opcode;
 	qp->tx_msg.crc = qp->mpa.crc;
@@ -505,7 +515,14 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		wr->byte_len = wr->len;
 		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
 			      kw_tx_msg_wire_len(&qp->tx_msg);
-		wr->await_ack = true;
+		/*
+		 * Up to copy_max bytes are copied into the socket and the WR
+		 * completes as soon as TCP has them (tx_finish()); larger
+		 * ones go by page reference and complete once TCP saw them
+		 * acknowledged, when the pages are no longer needed.
+		 */
+		qp->tx_copy = wr->len <= qp->copy_max;
+		wr->await_ack = !qp->tx_copy;
 		return true;
 	}
 	return false;
@@ -593,6 +610,16 @@ static void tx_finish(struct kw_qp *qp)
 	switch (qp->tx_kind) {
 	case KW_TXK_TERM:
 		term = true;
+		break;
+	case KW_TXK_SQ:
+		/*
+		 * TCP has its own copy: the buffer is free again. A flush
+		 * may have completed the WR meanwhile (done, and its slot
+		 * perhaps reused once sq_compl passed it).
+		 */
+		if (qp->tx_copy && (s32)(qp->tx_sq_idx - qp->sq_compl) >= 0)
+			qp->sq_wr[qp->tx_sq_idx & (qp->sq.entries - 1)].done =
+				true;
 		break;
 	default:
 		break;

@@ -154,7 +154,18 @@ struct kw_qp_init_attr {
 	uint32_t rq_entries;
 	uint32_t max_sge;	/* 1..KIWARP_MAX_SGE; 0 selects 1 */
 	uint32_t sig_all;	/* non-zero: every send WR is signaled */
+	/*
+	 * Since 1.1. KW_QP_INIT_COPY_MAX: Sends and RDMA Writes of up to
+	 * copy_max bytes are copied into the socket and complete when TCP
+	 * has them, larger ones go by reference and complete when acked
+	 * (KIWARP_QP_COPY_MAX in <linux/kiwarp.h>); without it the kernel's
+	 * default, KIWARP_COPY_MAX_DEFAULT.
+	 */
+	uint32_t flags;
+	uint32_t copy_max;
 };
+
+#define KW_QP_INIT_COPY_MAX	(1U << 0)	/* kw_qp_init_attr.flags */
 
 /* ------------------------------------------------------------------ */
 /* Control path (libkiwarp.so)                                        */

@@ -580,7 +580,7 @@ KW_EXPORT int kw_create_qp(struct kw_pd *pd, const struct kw_qp_init_attr *attr,
 	if (attr->send_cq->dev != pd->dev || attr->recv_cq->dev != pd->dev)
 		return -EINVAL;
 	max_sge = attr->max_sge ? attr->max_sge : 1;
-	if (max_sge > KIWARP_MAX_SGE)
+	if (max_sge > KIWARP_MAX_SGE || (attr->flags & ~KW_QP_INIT_COPY_MAX))
 		return -EINVAL;
 	qp = zalloc(sizeof(*qp));
 	if (!qp)
@@ -593,6 +593,10 @@ KW_EXPORT int kw_create_qp(struct kw_pd *pd, const struct kw_qp_init_attr *attr,
 	arg.rq_entries = attr->rq_entries;
 	arg.max_sge = max_sge;
 	arg.flags = attr->sig_all ? KIWARP_QP_SIGNAL_ALL : 0;
+	if (attr->flags & KW_QP_INIT_COPY_MAX) {
+		arg.flags |= KIWARP_QP_COPY_MAX;
+		arg.copy_max = attr->copy_max;
+	}
 	ret = sys_ioctl(pd->dev->fd, KIWARP_IOC_CREATE_QP, &arg);
 	if (ret) {
 		free(qp);

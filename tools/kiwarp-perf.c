@@ -91,6 +91,7 @@ struct opts {
 	uint32_t window;
 	int crc, p2p, quiet, verify, json;
 	int mpa_rev;
+	long copy_max;		/* --copy-max; -1: the kernel's default */
 };
 
 struct ctx {
@@ -168,6 +169,8 @@ static void usage(void)
 "  --p2p         MPA rev 2 peer-to-peer mode (RTR)\n"
 "  --verify      fill buffers with a pattern and check it after transfer\n"
 "  --json        one JSON object per size on stdout\n"
+"  --copy-max N  this side's QP copies Sends/Writes of up to N bytes and\n"
+"                completes them when TCP has them (default: the kernel's)\n"
 "  -q            quiet: results only\n", DEFAULT_PORT);
 	exit(2);
 }
@@ -863,6 +866,10 @@ static void setup_device(struct ctx *c)
 	attr.sq_entries = SQ_DEPTH;
 	attr.rq_entries = RQ_DEPTH;
 	attr.max_sge = 1;
+	if (c->o.copy_max >= 0) {
+		attr.flags = KW_QP_INIT_COPY_MAX;
+		attr.copy_max = (uint32_t)c->o.copy_max;
+	}
 	ret = kw_create_qp(c->pd, &attr, &c->qp);
 	if (ret)
 		die(1, "kw_create_qp: %s", strerror(-ret));
@@ -1173,6 +1180,7 @@ int main(int argc, char **argv)
 		{ "p2p", no_argument, NULL, 'P' },
 		{ "verify", no_argument, NULL, 'V' },
 		{ "json", no_argument, NULL, 'J' },
+		{ "copy-max", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1186,6 +1194,7 @@ int main(int argc, char **argv)
 	c.o.mode = M_BW;
 	c.o.window = 64;
 	c.o.mpa_rev = 2;
+	c.o.copy_max = -1;
 	while ((opt = getopt_long(argc, argv, "sc:p:t:m:S:an:w:Cr:qh", lopts,
 				  NULL)) != -1) {
 		switch (opt) {
@@ -1233,6 +1242,11 @@ int main(int argc, char **argv)
 		case 'P': c.o.p2p = 1; break;
 		case 'V': c.o.verify = 1; break;
 		case 'J': c.o.json = 1; break;
+		case 'X':
+			c.o.copy_max = parse_size(optarg, UINT32_MAX);
+			if (!c.o.copy_max && strcmp(optarg, "0"))
+				usage();
+			break;
 		case 'q': c.o.quiet = 1; break;
 		default: usage();
 		}

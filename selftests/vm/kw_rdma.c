@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ struct end {
 	size_t len;
 	int sock;
 	struct kw_conn_result res;
+	uint32_t qp_flags, copy_max;	/* kw_qp_init_attr, set before */
 };
 
 struct pair {
@@ -81,6 +83,8 @@ static int end_init(struct end *e, size_t len, uint32_t access)
 	attr.sq_entries = 512;
 	attr.rq_entries = 512;
 	attr.max_sge = KIWARP_MAX_SGE;
+	attr.flags = e->qp_flags;
+	attr.copy_max = e->copy_max;
 	ret = kw_create_qp(e->pd, &attr, &e->qp);
 	if (ret)
 		return ret;
@@ -1172,4 +1176,116 @@ TEST(connect_without_pdata_buffer)
 	EXPECT_EQ(c.peer_private_data_len, sizeof(hello));
 	EXPECT_EQ(c.result.mpa_rev, 2);
 	pair_fini(&p);
+}
+
+/*
+ * Completion semantics per size (KIWARP_QP_COPY_MAX): with every packet to
+ * the peer dropped (netem on the loopback of a private network namespace),
+ * a Write of at most copy_max bytes still completes, as TCP has a copy,
+ * and changing its buffer afterwards does not change what the peer gets; a
+ * larger one (by page reference) completes only once acknowledged, after
+ * the loss ends. A QP with copy_max 0 copies nothing.
+ */
+static int shell(const char *cmd)
+{
+	int st = system(cmd);
+
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void run_copy_max(int *kwt_fail, uint32_t flags, uint32_t copy_max,
+			 int small_completes)
+{
+	enum { SMALL = 4096, LARGE = 64 * 1024 };
+	struct pair p = { 0 };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge s1, s2;
+	struct kw_send_wr wr[2] = {
+		{ .wr_id = 1, .opcode = KIWARP_WR_RDMA_WRITE,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &s1 },
+		{ .wr_id = 2, .opcode = KIWARP_WR_RDMA_WRITE,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &s2 },
+	};
+	uint8_t *want;
+	int n;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo up"), 0);
+	p.a.qp_flags = flags;
+	p.a.copy_max = copy_max;
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+	EXPECT_EQ(q.copy_max, flags ? copy_max : KIWARP_COPY_MAX_DEFAULT);
+	fill(p.a.buf, SMALL + LARGE, 31);
+	want = malloc(SMALL + LARGE);
+	ASSERT_TRUE(want != NULL);
+	memcpy(want, p.a.buf, SMALL + LARGE);
+	ASSERT_EQ(shell("tc qdisc add dev lo root netem loss 100%"), 0);
+
+	s1 = (struct kiwarp_sge){ (uintptr_t)p.a.buf, SMALL, p.a.mr->stag };
+	s2 = (struct kiwarp_sge){ (uintptr_t)p.a.buf + SMALL, LARGE, p.a.mr->stag };
+	wr[0].remote_addr = (uintptr_t)p.b.buf;
+	wr[0].rkey = p.b.mr->stag;
+	wr[1].remote_addr = (uintptr_t)p.b.buf + SMALL;
+	wr[1].rkey = p.b.mr->stag;
+	ASSERT_EQ(kw_post_send(p.a.qp, &wr[0], 1), 1);
+	if (small_completes) {
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.wr_id, 1);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		memset(p.a.buf, 0xee, SMALL);	/* the buffer is ours again */
+	}
+	ASSERT_EQ(kw_post_send(p.a.qp, &wr[1], 1), 1);
+	usleep(1000 * 1000);	/* nothing can be acked: no completion */
+	n = kw_poll_cq(p.a.scq, 1, &cqe);
+	EXPECT_EQ(n, 0);
+
+	ASSERT_EQ(shell("tc qdisc del dev lo root"), 0);
+	if (!small_completes) {
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.wr_id, 1);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	}
+	ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);	/* TCP retransmits */
+	EXPECT_EQ(cqe.wr_id, 2);
+	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	ASSERT_MEMEQ(p.b.buf, want, SMALL + LARGE);
+	free(want);
+	pair_fini(&p);
+}
+
+TEST(copy_max_default_small_completes_before_ack)
+{
+	run_copy_max(kwt_fail, 0, 0, 1);
+}
+
+TEST(copy_max_zero_everything_on_ack)
+{
+	run_copy_max(kwt_fail, KW_QP_INIT_COPY_MAX, 0, 0);
+}
+
+TEST(copy_max_given_is_used)
+{
+	run_copy_max(kwt_fail, KW_QP_INIT_COPY_MAX, 4096, 1);
+}
+
+TEST(copy_max_needs_its_flag)
+{
+	struct kiwarp_create_qp arg = { 0 };
+	int fd;
+
+	fd = open("/dev/kiwarp", O_RDWR);
+	ASSERT_GE(fd, 0);
+	arg.pd = 1;	/* a valid one is not needed: arguments come first */
+	arg.send_cq = arg.recv_cq = 1;
+	arg.sq_entries = arg.rq_entries = 4;
+	arg.copy_max = 4096;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_QP, &arg), -1);
+	EXPECT_EQ(errno, EINVAL);
+	arg.flags = 1U << 31;
+	arg.copy_max = 0;
+	EXPECT_EQ(ioctl(fd, KIWARP_IOC_CREATE_QP, &arg), -1);
+	EXPECT_EQ(errno, EINVAL);
+	close(fd);
 }

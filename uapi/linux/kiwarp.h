@@ -256,10 +256,24 @@ struct kiwarp_create_qp {
 	__u32 handle;		/* out */
 	struct kiwarp_ring_info sq;	/* out */
 	struct kiwarp_ring_info rq;	/* out */
-	__aligned_u64 reserved;
+	__u32 copy_max;		/* in, with KIWARP_QP_COPY_MAX: see below */
+	__u32 reserved;
 };
 
 #define KIWARP_QP_SIGNAL_ALL	(1U << 0)	/* every SQ WR completes */
+/*
+ * Completion of Sends and RDMA Writes. A message of at most copy_max
+ * payload bytes is copied into the socket and its WR completes as soon as
+ * TCP has all of it: the buffer may be reused at once. A larger one goes
+ * to TCP by page reference (zero copy) and its WR completes once TCP saw
+ * all of it acknowledged by the peer, when the pages are no longer read.
+ * Either way a completion says the buffer is free, not that the data was
+ * placed at the peer (RFC 5040). Without KIWARP_QP_COPY_MAX, copy_max
+ * must be 0 and the QP uses KIWARP_COPY_MAX_DEFAULT; with it, copy_max
+ * is taken as given (0: every message by reference).
+ */
+#define KIWARP_QP_COPY_MAX	(1U << 1)
+#define KIWARP_COPY_MAX_DEFAULT	16384
 
 /* struct kiwarp_conn_param.flags */
 #define KIWARP_CONN_CRC		(1U << 0)	/* request/offer MPA CRC */
@@ -378,7 +392,7 @@ struct kiwarp_query_qp {
 	struct kiwarp_term_info term_sent;	/* out */
 	struct kiwarp_term_info term_rcvd;	/* out */
 	__u32 mulpdu;			/* out: bytes of ULPDU per FPDU */
-	__u32 reserved0;
+	__u32 copy_max;			/* out: see KIWARP_QP_COPY_MAX */
 	__aligned_u64 tx_bytes;		/* out: payload bytes sent */
 	__aligned_u64 rx_bytes;		/* out: payload bytes placed */
 	__aligned_u64 reserved[2];
