@@ -474,8 +474,9 @@ static void rx_header_done(struct kw_rx *rx)
 	rx->ulpdu_len = get_unaligned_be16(rx->hdr);
 	memcpy(rx->bad, rx->hdr, rx->hdr_got);
 	rx->bad_len = rx->hdr_got;
-	rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
-					rx->hdr_got);
+	if (rx->crc)
+		rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
+						rx->hdr_got);
 
 	/*
 	 * RFC 5044 section 4.1: the ULPDU holds the whole DDP header; a
@@ -604,8 +605,9 @@ static size_t rx_inline(struct kw_rx *rx, const u8 *p, size_t len)
 	memcpy(rx->inl + rx->inl_got, p, n);
 	rx->inl_got += n;
 	if (rx->inl_got == rx->inl_need) {
-		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
-						rx->inl_got);
+		if (rx->crc)
+			rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
+							rx->inl_got);
 		/* keep the Read Request header for a Terminate's R part */
 		if (rx->h.opcode == KW_OP_READ_REQ &&
 		    rx->inl_got == KW_READ_REQ_LEN &&
