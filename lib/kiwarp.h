@@ -213,6 +213,7 @@ int kw_accept_reply(struct kw_qp *qp, uint32_t action,
 		    struct kw_conn_result *result);
 
 int kw_post_send(struct kw_qp *qp, const struct kw_send_wr *wr, unsigned n);
+/* Receive WRs are only written to the ring (no system call, since 1.1). */
 int kw_post_recv(struct kw_qp *qp, const struct kw_recv_wr *wr, unsigned n);
 
 const char *kw_wc_status_str(unsigned status);
