@@ -51,6 +51,7 @@
 #define KW_TX_BATCH_FPDUS	64
 #define KW_TX_BATCH_BYTES	(64 * 1024)
 #define KW_TX_BVEC_MIN		256	/* tx_bvec entries, at least */
+#define KW_TX_BUDGET		64	/* batches per high-priority run (tx.c) */
 
 /* mmap offset encoding: ((kind << 32) | handle) << PAGE_SHIFT */
 enum kw_mmap_kind {

@@ -12,7 +12,7 @@
 
 #include "qp.h"
 
-struct workqueue_struct *kw_wq;
+struct workqueue_struct *kw_wq, *kw_bulk_wq;
 
 /* ------------------------------------------------------------------ rings */
 
@@ -571,6 +571,16 @@ void kw_qp_queue(struct kw_qp *qp, struct work_struct *w)
 		kw_qp_put(qp);
 }
 
+/* The same at normal priority: see kw_tx_work(). */
+void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_work(kw_bulk_wq, w))
+		kw_qp_put(qp);
+}
+
 void kw_qp_kick_tx(struct kw_qp *qp)
 {
 	kw_qp_queue(qp, &qp->tx_work);
@@ -895,11 +905,20 @@ int kw_qp_init(void)
 	 */
 	kw_wq = alloc_workqueue("kiwarp", WQ_PERCPU | WQ_HIGHPRI |
 			       WQ_MEM_RECLAIM, 0);
-	return kw_wq ? 0 : -ENOMEM;
+	if (!kw_wq)
+		return -ENOMEM;
+	kw_bulk_wq = alloc_workqueue("kiwarp_bulk", WQ_PERCPU |
+				     WQ_MEM_RECLAIM, 0);
+	if (!kw_bulk_wq) {
+		destroy_workqueue(kw_wq);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 void kw_qp_exit(void)
 {
+	destroy_workqueue(kw_bulk_wq);
 	destroy_workqueue(kw_wq);
 	kw_cm_exit();
 }

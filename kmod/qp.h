@@ -228,6 +228,7 @@ bool kw_qp_sq_complete(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
 void kw_qp_queue(struct kw_qp *qp, struct work_struct *w);
+void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w);
 bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);
 void kw_qp_rq_complete(struct kw_qp *qp, u32 idx, u8 status, u32 byte_len,
 		       u8 flags, u32 inv_stag);
@@ -254,6 +255,6 @@ void kw_tx_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
 void kw_tx_inline(struct kw_qp *qp);
 
-extern struct workqueue_struct *kw_wq;
+extern struct workqueue_struct *kw_wq, *kw_bulk_wq;
 
 #endif /* KW_QP_H */

@@ -633,13 +633,21 @@ static void tx_finish(struct kw_qp *qp)
 		kw_qp_set_error(qp);	/* Terminate is out: now flush */
 }
 
-static void tx_run(struct kw_qp *qp)
+/*
+ * Transmit until the queues are empty or TCP has no room, at most budget
+ * batches; returns true if the budget ran out (more may be ready).
+ */
+static bool tx_run(struct kw_qp *qp, unsigned int budget)
 {
 	int ret;
 
 	lockdep_assert_held(&qp->tx_mutex);
 again:
 	while (!READ_ONCE(qp->dying) && qp->sock) {
+		/* between batches: every cursor state here is resumable */
+		if (!budget--)
+			return true;
+		cond_resched();
 		if (!qp->tx_active) {
 			bool go;
 
@@ -659,7 +667,7 @@ again:
 		set_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		ret = tx_push(qp);
 		if (ret == -EAGAIN)
-			return;		/* sk_write_space requeues us */
+			return false;	/* sk_write_space requeues us */
 		clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		if (ret)
 			goto fail;
@@ -681,10 +689,10 @@ again:
 	    qp->orq_head == qp->orq_tail && !qp->tx_active) {
 		spin_unlock_bh(&qp->lock);
 		kw_qp_set_error(qp);
-		return;
+		return false;
 	}
 	spin_unlock_bh(&qp->lock);
-	return;
+	return false;
 
 fail:
 	if (ret == -EACCES) {
@@ -711,15 +719,26 @@ fail:
 	tx_batch_reset(qp);
 	tx_drop_refs(qp);
 	kw_qp_set_error(qp);
+	return false;
 }
 
+/*
+ * tx_work runs at high priority (qp.c) for as long as a sndbuf's worth of
+ * batches; a transmit that is still not done by then (a peer that takes
+ * everything as fast as we send) continues at normal priority, so that no
+ * user's traffic keeps a high-priority worker on a CPU (as softirqs fall
+ * back to ksoftirqd).
+ */
 void kw_tx_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
+	bool more;
 
 	mutex_lock(&qp->tx_mutex);
-	tx_run(qp);
+	more = tx_run(qp, KW_TX_BUDGET);
 	mutex_unlock(&qp->tx_mutex);
+	if (more)
+		kw_qp_queue_bulk(qp, &qp->tx_work);
 	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
 }
 
@@ -731,10 +750,14 @@ void kw_tx_work(struct work_struct *w)
  */
 void kw_tx_inline(struct kw_qp *qp)
 {
+	bool more;
+
 	if (!mutex_trylock(&qp->tx_mutex)) {
 		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
 		return;
 	}
-	tx_run(qp);
+	more = tx_run(qp, KW_TX_BUDGET);
 	mutex_unlock(&qp->tx_mutex);
+	if (more)
+		kw_qp_queue_bulk(qp, &qp->tx_work);	/* see kw_tx_work() */
 }
