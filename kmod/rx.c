@@ -301,7 +301,8 @@ static int rx_read_resp_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 		}
 	}
 	spin_unlock_bh(&qp->lock);
-	kw_qp_sq_complete(qp);
+	/* a Write sent by reference after the Read may be the oldest now */
+	kw_qp_wait_acks(qp);
 	kw_qp_kick_tx(qp);	/* a Read waiting for ORD space may go */
 	return 0;
 }

@@ -463,6 +463,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 			wr->status = kw_mr_invalidate(w->inv_stag, qp->pd_id) ?
 				KIWARP_WC_LOC_PROT_ERR : KIWARP_WC_SUCCESS;
 			wr->done = true;
+			qp->tx_local_done = true;
 			continue;
 		case KIWARP_WR_SEND:
 		case KIWARP_WR_SEND_SE:
@@ -681,9 +682,18 @@ again:
 	}
 
 	/* WRs finished without transmitting (Local Invalidate) complete. */
-	kw_qp_wait_acks(qp);
+	if (qp->tx_local_done) {
+		qp->tx_local_done = false;
+		kw_qp_wait_acks(qp);
+	}
 
-	/* An orderly close waits until everything posted went out. */
+	/*
+	 * An orderly close waits until everything posted went out. CLOSING
+	 * is set under qp->lock and then tx_work is queued, so a stale read
+	 * here is followed by another run.
+	 */
+	if (READ_ONCE(qp->state) != KIWARP_QPS_CLOSING)
+		return false;
 	spin_lock_bh(&qp->lock);
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled &&
 	    qp->orq_head == qp->orq_tail && !qp->tx_active) {

@@ -1120,8 +1120,16 @@ static void run_error(void)
 			    ok ? (w.status ? w.term : "success") : "no completion");
 		{
 			struct kiwarp_query_qp q;
+			double end = now() + o.timeout_ms / 1000.0;
 
-			kw_query_qp(qp, &q);
+			/*
+			 * A Write of up to copy_max bytes completes when TCP
+			 * has it, before siw's Terminate can be back: wait for
+			 * the Terminate, not for the completion.
+			 */
+			while (!kw_query_qp(qp, &q) && !q.term_rcvd.valid &&
+			       now() < end)
+				usleep(10000);
 			printf("# term_rcvd valid %u layer %u etype %u ecode %u\n",
 			       q.term_rcvd.valid, q.term_rcvd.layer,
 			       q.term_rcvd.etype, q.term_rcvd.ecode);

@@ -1270,6 +1270,72 @@ TEST(copy_max_given_is_used)
 	run_copy_max(kwt_fail, KW_QP_INIT_COPY_MAX, 4096, 1);
 }
 
+/*
+ * A Write sent by reference completes on the ACK of its last byte. When an
+ * RDMA Read was posted before it, the Write becomes the oldest WR only once
+ * the Read Response arrives, typically after the Write is entirely in TCP
+ * and before all of it is acknowledged: the receive path must then arm
+ * completion on ACK itself, or the Write never completes (and neither does
+ * anything posted after it). A 2 MiB Write over a 10 ms loopback takes
+ * several round trips; the send buffer is large enough that TCP never
+ * stops the transmit (which would arm it by other means).
+ */
+TEST(read_then_write_by_reference_completes)
+{
+	enum { RD = 64, WRLEN = 2 * MIB };
+	struct pair p = { 0 };
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge s1, s2;
+	struct kw_send_wr wr[2] = {
+		{ .wr_id = 1, .opcode = KIWARP_WR_RDMA_READ,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &s1 },
+		{ .wr_id = 2, .opcode = KIWARP_WR_RDMA_WRITE,
+		  .flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &s2 },
+	};
+	int round;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo up && "
+			"sysctl -qw net.ipv4.tcp_wmem='4096 8388608 8388608'"), 0);
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(shell("tc qdisc add dev lo root netem delay 10ms"), 0);
+	fill(p.b.buf + WRLEN, RD, 7);
+	for (round = 0; round < 3; round++) {
+		double end;
+		int got = 0;
+
+		fill(p.a.buf, WRLEN, 40 + round);
+		memset(p.a.buf + WRLEN, 0, RD);
+		s1 = (struct kiwarp_sge){ (uintptr_t)p.a.buf + WRLEN, RD, p.a.mr->stag };
+		wr[0].remote_addr = (uintptr_t)p.b.buf + WRLEN;
+		wr[0].rkey = p.b.mr->stag;
+		s2 = (struct kiwarp_sge){ (uintptr_t)p.a.buf, WRLEN, p.a.mr->stag };
+		wr[1].remote_addr = (uintptr_t)p.b.buf;
+		wr[1].rkey = p.b.mr->stag;
+		ASSERT_EQ(kw_post_send(p.a.qp, wr, 2), 2);
+		end = now() + 10;
+		while (got < 2 && now() < end) {
+			int n = kw_poll_cq(p.a.scq, 1, &cqe);
+
+			ASSERT_GE(n, 0);
+			if (!n) {
+				kw_wait_cq(p.a.scq, 100);
+				continue;
+			}
+			EXPECT_EQ(cqe.wr_id, (uint64_t)got + 1);
+			EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+			got++;
+		}
+		if (got != 2)
+			printf("# round %d: %d of 2 completed\n", round, got);
+		ASSERT_EQ(got, 2);
+		ASSERT_MEMEQ(p.b.buf, p.a.buf, WRLEN);
+		ASSERT_MEMEQ(p.a.buf + WRLEN, p.b.buf + WRLEN, RD);
+	}
+	ASSERT_EQ(shell("tc qdisc del dev lo root"), 0);
+	pair_fini(&p);
+}
+
 TEST(copy_max_needs_its_flag)
 {
 	struct kiwarp_create_qp arg = { 0 };
