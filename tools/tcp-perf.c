@@ -4,7 +4,7 @@
  *
  *   server: tcp-perf -s [-p PORT]
  *   client: tcp-perf -c HOST [-p PORT] [-t send|write|read] [-m lat|bw]
- *                    [-S SIZE] [-n ITERS] [--json] [-q]
+ *                    [-S SIZE] [-n ITERS] [--verify] [--json] [-q]
  *
  * What each test moves over one TCP connection (TCP_NODELAY):
  *   send/write bw   client write()s ITERS messages of SIZE bytes, the server
@@ -18,6 +18,12 @@
  *                   full round trip (like an RDMA Read, ib_read_lat).
  * send and write are the same thing over TCP; both names exist so the
  * benchmark can pair every kiwarp run with a baseline.
+ *
+ * --verify (bw): every message carries the same pattern; the receiving
+ * side reads each message into one buffer and checks the last one (as
+ * kiwarp-perf checks its target buffer once), so the check adds no pass
+ * over the data while the clock runs. The server reports its result in
+ * the answer byte.
  *
  * Both sides busy-poll the socket (MSG_DONTWAIT) unless --block is given.
  * The server handles one connection and exits. Exit: 0 ok, 1 error, 2 usage.
@@ -46,8 +52,10 @@ enum test { T_SEND, T_WRITE, T_READ };
 enum mode { M_LAT, M_BW };
 
 struct hdr {
-	uint32_t magic, test, mode, size, iters;
+	uint32_t magic, test, mode, size, iters, verify;
 } __attribute__((packed));
+
+enum { ANS_DONE, ANS_VERIFIED, ANS_BAD };	/* bw answer byte */
 
 static int json;
 /*
@@ -70,8 +78,9 @@ static void usage(void)
 	fprintf(stderr,
 "usage: tcp-perf -s [-p PORT]\n"
 "       tcp-perf -c HOST [-p PORT] [-t send|write|read] [-m lat|bw] [-S SIZE]\n"
-"                [-n ITERS] [--json] [--block] [-q]\n"
-"  --block  blocking socket I/O (default: busy-poll with MSG_DONTWAIT)\n");
+"                [-n ITERS] [--verify] [--json] [--block] [-q]\n"
+"  --verify  bw: check the data of the last message (see the file header)\n"
+"  --block   blocking socket I/O (default: busy-poll with MSG_DONTWAIT)\n");
 	exit(2);
 }
 
@@ -111,12 +120,21 @@ static void xread(int fd, void *buf, size_t len)
 	}
 }
 
-/* Read and discard total bytes in chunks of at most buflen. */
+/*
+ * Read total bytes of messages of buflen bytes, each into buf: at the end
+ * buf holds the last message whole.
+ */
 static void sink(int fd, char *buf, size_t buflen, uint64_t total)
 {
+	size_t off = 0;
+
 	while (total) {
-		size_t want = total < buflen ? (size_t)total : buflen;
-		ssize_t n = recv(fd, buf, want, dflags);
+		size_t want = buflen - off;
+		ssize_t n;
+
+		if (want > total)
+			want = (size_t)total;
+		n = recv(fd, buf + off, want, dflags);
 
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -127,7 +145,32 @@ static void sink(int fd, char *buf, size_t buflen, uint64_t total)
 		if (n < 0)
 			die("read");
 		total -= (uint64_t)n;
+		off = (off + (size_t)n) % buflen;
 	}
+}
+
+static uint8_t pat(size_t i)
+{
+	return (uint8_t)(i * 7 + (i >> 9) + 1);
+}
+
+static void pat_fill(char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (char)pat(i);
+}
+
+/* 0 if buf holds the pattern, else 1 (and says where it does not). */
+static int pat_check(const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if ((uint8_t)buf[i] != pat(i)) {
+			fprintf(stderr, "tcp-perf: verify: byte %zu is 0x%02x, "
+				"expected 0x%02x\n", i, (uint8_t)buf[i], pat(i));
+			return 1;
+		}
+	}
+	return 0;
 }
 
 static void nodelay(int fd)
@@ -171,6 +214,7 @@ static int server(int port)
 	h.mode = ntohl(h.mode);
 	h.size = ntohl(h.size);
 	h.iters = ntohl(h.iters);
+	h.verify = ntohl(h.verify);
 	if (h.magic != MAGIC || h.test > T_READ || h.mode > M_BW || !h.size ||
 	    !h.iters) {
 		errno = 0;
@@ -181,8 +225,11 @@ static int server(int port)
 		die("malloc");
 	if (h.mode == M_BW && h.test != T_READ) {
 		sink(fd, buf, h.size, (uint64_t)h.size * h.iters);
+		c = !h.verify ? ANS_DONE : pat_check(buf, h.size) ? ANS_BAD :
+		    ANS_VERIFIED;
 		xwrite(fd, &c, 1);
 	} else if (h.mode == M_BW) {
+		pat_fill(buf, h.size);
 		xread(fd, &c, 1);
 		for (uint32_t i = 0; i < h.iters; i++)
 			xwrite(fd, buf, h.size);
@@ -228,10 +275,11 @@ static int connect_to(const char *host, int port)
 }
 
 static int client(const char *host, int port, uint32_t test, uint32_t mode,
-		  uint32_t size, uint32_t iters, int quiet)
+		  uint32_t size, uint32_t iters, int verify, int quiet)
 {
 	struct hdr h = { htonl(MAGIC), htonl(test), htonl(mode), htonl(size),
-			 htonl(iters) };
+			 htonl(iters), htonl(verify) };
+	const char *vres = "off";
 	int fd = connect_to(host, port);
 	char *buf = calloc(1, size);
 	char c = 0;
@@ -239,7 +287,7 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 
 	if (!buf)
 		die("malloc");
-	memset(buf, 0x5a, size);
+	pat_fill(buf, size);
 	xwrite(fd, &h, sizeof(h));
 	if (mode == M_BW) {
 		double mbps;
@@ -251,15 +299,26 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 			xread(fd, &c, 1);
 		} else {
 			xwrite(fd, &c, 1);
+			memset(buf, 0, size);
 			sink(fd, buf, size, (uint64_t)size * iters);
 		}
 		t1 = now_us();
+		if (verify) {
+			int bad = test == T_READ ? pat_check(buf, size) :
+				  c != ANS_VERIFIED;
+
+			vres = bad ? "bad" : "ok";
+			if (bad) {
+				errno = 0;
+				die("verification failed");
+			}
+		}
 		mbps = (double)size * iters / (t1 - t0);
 		if (json)
 			printf("{\"test\":\"%s\",\"mode\":\"bw\",\"size\":%u,\"iters\":%u,"
 			       "\"transport\":\"tcp\",\"bw_MBps\":%.2f,\"usec\":%.1f,"
-			       "\"status\":\"ok\"}\n", tname(test), size, iters, mbps,
-			       t1 - t0);
+			       "\"verify\":\"%s\",\"status\":\"ok\"}\n", tname(test),
+			       size, iters, mbps, t1 - t0, vres);
 		else
 			printf(" tcp %s bw: %u x %u bytes: %.2f MB/s\n", tname(test),
 			       iters, size, mbps);
@@ -313,11 +372,13 @@ int main(int argc, char **argv)
 	static const struct option lopts[] = {
 		{ "json", no_argument, NULL, 'J' },
 		{ "block", no_argument, NULL, 'B' },
+		{ "verify", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *host = NULL;
 	int srv = 0, port = DEFAULT_PORT, quiet = 0, opt, size_set = 0;
+	int verify = 0;
 	uint32_t test = T_WRITE, mode = M_BW, size = 65536, iters = 0;
 	long v;
 
@@ -351,6 +412,7 @@ int main(int argc, char **argv)
 			break;
 		case 'J': json = 1; break;
 		case 'B': dflags = 0; break;
+		case 'V': verify = 1; break;
 		case 'q': quiet = 1; break;
 		default: usage();
 		}
@@ -363,5 +425,5 @@ int main(int argc, char **argv)
 		iters = mode == M_BW ? 5000 : 1000;
 	if (srv)
 		return server(port);
-	return client(host, port, test, mode, size, iters, quiet);
+	return client(host, port, test, mode, size, iters, verify, quiet);
 }
