@@ -25,11 +25,12 @@ raw, out, vmrc, accel, siw_ko = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.
 rows = [json.loads(line) for line in open(raw) if line.strip()]
 perf = [r for r in rows if "transport" in r]
 scale = [r for r in rows if "scale" in r]
-ALL_PATHS = ("lo", "lo1500", "veth1500", "veth9000")
+ALL_PATHS = ("lo", "lo1500", "veth1500", "veth9000", "lo-crc")
 PATHS = [p for p in ALL_PATHS if any(r["path"] == p for r in rows)]
 PATH_NAME = {"lo": "loopback (MTU 65536)", "lo1500": "loopback with MTU 1500",
              "veth1500": "veth pair between namespaces, MTU 1500",
-             "veth9000": "veth pair between namespaces, MTU 9000"}
+             "veth9000": "veth pair between namespaces, MTU 9000",
+             "lo-crc": "loopback, MPA CRC on (kiwarp -C, siw mpa_crc_required; TCP has no CRC)"}
 STACKS = ("kiwarp", "tcp", "siw")
 OPS = ("write", "send", "read")
 GB = 1e9
@@ -316,8 +317,7 @@ if gp and plot_paths:
                   'set xlabel "message size (bytes)"', 'set ylabel "%s"' % ylabel,
                   "set multiplot layout 1,%d title \"kiwarp vs TCP vs siw: %s (%s, git %s)\"" %
                   (len(plot_paths), name, accel.upper(), rev)]
-        if mode == "lat":
-            script.append("set logscale y 2")
+        script.append("set logscale y 2" if mode == "lat" else "set yrange [0:*]")
         for path in plot_paths:
             series = []
             for t in STACKS:

@@ -776,7 +776,14 @@ static void server_size(struct ctx *c, uint32_t size)
 			 * later; with a shared buffer (huge sizes) a control
 			 * message may overwrite its first CTRL_BUF bytes.
 			 */
+			/*
+			 * Bandwidth runs check the last message only (as
+			 * tcp-perf does): a check of every message would run
+			 * inside the measured time, which the sender's side
+			 * of the comparison does not pay.
+			 */
 			if (c->o.verify && !bad &&
+			    (c->o.mode == M_LAT || i + 1 == c->o.iters) &&
 			    (c->recv_slots > 1 ?
 			     check_pattern(c->last_recv, size) :
 			     size > CTRL_BUF &&
