@@ -842,7 +842,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	int from = initiator ? KIWARP_QPS_IDLE : KIWARP_QPS_MPA_REQ_RCVD;
 	struct sock *sk = qp->sock->sk;
 	struct bio_vec *bvec;
-	u32 mss, mulpdu, nbvec, fpdu_bvec;
+	u32 mss, mulpdu, nbvec, fpdu_bvec, bounce_size;
 	u8 *bounce;
 
 	lock_sock(sk);
@@ -852,7 +852,9 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
-	bounce = kvmalloc(mulpdu, GFP_KERNEL_ACCOUNT);
+	bounce_size = max_t(u32, KW_TX_BOUNCE_MIN, KW_TX_HDR_MAX + mulpdu +
+			    sizeof_field(struct kw_tx_fpdu, trailer));
+	bounce = kvmalloc(bounce_size, GFP_KERNEL_ACCOUNT);
 	/*
 	 * An FPDU's pieces: header, trailer and the payload's, where a page
 	 * or SGE boundary ends a piece. An SGE of len bytes spans at most
@@ -881,6 +883,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->mpa = *res;
 	qp->mulpdu = mulpdu;
 	qp->tx_bounce = bounce;
+	qp->tx_bounce_size = bounce_size;
 	qp->tx_bvec = bvec;
 	qp->tx_bvec_max = nbvec;
 	qp->tx_bvec_fpdu = fpdu_bvec;

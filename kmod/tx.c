@@ -18,8 +18,8 @@
  *  - sendpage (up to 6.4): tcp_sendpage_locked() per entry under one
  *    socket lock, MSG_SENDPAGE_NOTLAST on all but the last.
  *
- * Either way, Read Response payload is copied (tx_bounce_payload()) and
- * sent one FPDU at a time.
+ * Either way, Read Response payload is copied (tx_bounce_payload()): its
+ * FPDUs are built whole in tx_bounce and go to TCP a bufferful at a time.
  *
  * All socket calls are non-blocking: on -EAGAIN we keep the batch and how
  * many of its bytes TCP accepted, and sk_write_space requeues the work.
@@ -116,10 +116,13 @@ static u32 tx_crc_payload(struct kw_qp *qp, u32 crc, u32 off, u32 len)
  * at any time (deregistration, invalidation). Its payload is therefore not
  * handed to TCP by page reference, which would send whatever the pages
  * hold when TCP gets to them, but copied, one FPDU at a time, into
- * tx_bounce under an MR access (mem.c): once DEREG_MR has returned no
- * further byte of the MR goes out. Returns -EACCES if the MR was revoked.
+ * tx_bounce (at dst) under an MR access (mem.c): once DEREG_MR has
+ * returned no further byte of the MR is copied, and what was copied before
+ * is at most one bounce buffer (KW_TX_BOUNCE_MIN, iwarp.h). Returns
+ * -EACCES if the MR was revoked.
  */
-static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
+static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
+			     u8 *dst)
 {
 	struct kw_mr *mr = qp->tx_mr[0];
 	u64 mr_off;
@@ -128,7 +131,9 @@ static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
 	if (!f->payload_len)
 		return 0;
 	if (WARN_ON_ONCE(qp->tx_nsge != 1 || !qp->tx_bounce ||
-			 f->payload_len > qp->mulpdu ||
+			 f->payload_len > qp->mulpdu || dst < qp->tx_bounce ||
+			 dst + f->payload_len >
+			 qp->tx_bounce + qp->tx_bounce_size ||
 			 !tx_locate(qp, f->payload_off, &sge, &mr_off, &left) ||
 			 left < f->payload_len))
 		return -EIO;
@@ -138,7 +143,7 @@ static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
 		local_bh_enable();
 		return -EACCES;
 	}
-	kw_mr_copy_from(mr, mr_off, qp->tx_bounce, f->payload_len);
+	kw_mr_copy_from(mr, mr_off, dst, f->payload_len);
 	kw_mr_access_end(mr);
 	local_bh_enable();
 	return 0;
@@ -149,17 +154,23 @@ static bool tx_bounced(const struct kw_qp *qp)
 	return qp->tx_kind == KW_TXK_READ_RESP;
 }
 
-/* Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. */
-static int tx_next_fpdu(struct kw_qp *qp)
+/*
+ * Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. A Read
+ * Response's payload is copied to at + hdr_len (at: where the FPDU starts
+ * in tx_bounce).
+ */
+static int tx_next_fpdu(struct kw_qp *qp, u8 *at)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u8 *payload = NULL;
 	int ret;
 
 	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
 	if (ret)
 		return ret;
 	if (tx_bounced(qp)) {
-		ret = tx_bounce_payload(qp, f);
+		payload = at + f->hdr_len;
+		ret = tx_bounce_payload(qp, f, payload);
 		if (ret)
 			return ret;
 	}
@@ -167,9 +178,8 @@ static int tx_next_fpdu(struct kw_qp *qp)
 		u32 crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr,
 					    f->hdr_len);
 
-		if (tx_bounced(qp))
-			crc = kw_mpa_crc_update(crc, qp->tx_bounce,
-						f->payload_len);
+		if (payload)
+			crc = kw_mpa_crc_update(crc, payload, f->payload_len);
 		else
 			crc = tx_crc_payload(qp, crc, f->payload_off,
 					     f->payload_len);
@@ -249,8 +259,8 @@ static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
  * the batch holds fewer than KW_TX_BATCH_FPDUS FPDUs and KW_TX_BATCH_BYTES
  * bytes and has room for one more FPDU's pieces. A small MULPDU (1442
  * bytes on a 1500-byte MTU) makes many FPDUs per message; one socket call
- * each was most of the transmit cost. A Read Response goes one FPDU at a
- * time, from tx_bounce.
+ * each was most of the transmit cost. A Read Response's FPDUs are built
+ * whole in tx_bounce, as many as fit (tx_bounce_size holds one at least).
  */
 static int tx_fill(struct kw_qp *qp)
 {
@@ -262,16 +272,26 @@ static int tx_fill(struct kw_qp *qp)
 	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
 	tx_batch_reset(qp);
 	if (tx_bounced(qp)) {
-		ret = tx_next_fpdu(qp);
-		if (ret)
-			return ret;
-		qp->tx_batch_len = f->hdr_len + f->payload_len +
-				   f->trailer_len;
+		const u8 *end = qp->tx_bounce + qp->tx_bounce_size;
+		u8 *p = qp->tx_bounce;
+
+		do {
+			ret = tx_next_fpdu(qp, p);
+			if (ret)
+				return ret;
+			memcpy(p, f->hdr, f->hdr_len);
+			p += f->hdr_len + f->payload_len;
+			memcpy(p, f->trailer, f->trailer_len);
+			p += f->trailer_len;
+		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
+			 end - p >= KW_TX_HDR_MAX + qp->mulpdu +
+				    sizeof(f->trailer));
+		qp->tx_batch_len = p - qp->tx_bounce;
 		qp->tx_msg_cut = f->last;
 		return 0;
 	}
 	do {
-		ret = tx_next_fpdu(qp);
+		ret = tx_next_fpdu(qp, NULL);
 		if (!ret)
 			ret = tx_batch_glue(qp, f->hdr, f->hdr_len);
 		if (!ret)
@@ -287,18 +307,13 @@ static int tx_fill(struct kw_qp *qp)
 	return tx_batch_glue(qp, NULL, 0);	/* the last trailer */
 }
 
-/* A Read Response's FPDU: header, tx_bounce, trailer; TCP copies them. */
+/* Read Response FPDUs, whole in tx_bounce; TCP copies them. */
 static int tx_push_kvec(struct kw_qp *qp, int flags)
 {
-	const struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	struct kvec iov[3] = {
-		{ (void *)f->hdr, f->hdr_len },
-		{ qp->tx_bounce, f->payload_len },
-		{ (void *)f->trailer, f->trailer_len },
-	};
+	struct kvec iov = { qp->tx_bounce, qp->tx_batch_len };
 	struct msghdr msg = { .msg_flags = flags };
 
-	iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, iov, 3, qp->tx_batch_len);
+	iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, &iov, 1, qp->tx_batch_len);
 	iov_iter_advance(&msg.msg_iter, qp->tx_batch_sent);
 	return qp->sock_ops->sendmsg(qp->sock, &msg,
 				     qp->tx_batch_len - qp->tx_batch_sent);
