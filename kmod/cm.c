@@ -842,8 +842,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	int from = initiator ? KIWARP_QPS_IDLE : KIWARP_QPS_MPA_REQ_RCVD;
 	struct sock *sk = qp->sock->sk;
 	struct bio_vec *bvec;
-	u32 mss, mulpdu, nbvec, fpdu_bvec, bounce_size;
-	u8 *bounce;
+	u32 mss, mulpdu, nbvec, fpdu_bvec;
 
 	lock_sock(sk);
 	sk->sk_rcvtimeo = MAX_SCHEDULE_TIMEOUT;
@@ -852,9 +851,6 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
-	bounce_size = max_t(u32, KW_TX_BOUNCE_MIN, KW_TX_HDR_MAX + mulpdu +
-			    sizeof_field(struct kw_tx_fpdu, trailer));
-	bounce = kvmalloc(bounce_size, GFP_KERNEL_ACCOUNT);
 	/*
 	 * An FPDU's pieces: header, trailer and the payload's, where a page
 	 * or SGE boundary ends a piece. An SGE of len bytes spans at most
@@ -865,16 +861,12 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	fpdu_bvec = 2 + DIV_ROUND_UP(mulpdu, PAGE_SIZE) + 2 * KIWARP_MAX_SGE;
 	nbvec = max_t(u32, KW_TX_BVEC_MIN, 2 * fpdu_bvec);
 	bvec = kvmalloc_array(nbvec, sizeof(*bvec), GFP_KERNEL_ACCOUNT);
-	if (!bounce || !bvec) {
-		kvfree(bounce);
-		kvfree(bvec);
+	if (!bvec)
 		return -ENOMEM;
-	}
 
 	spin_lock_bh(&qp->lock);
 	if (qp->dying || qp->state != from) {
 		spin_unlock_bh(&qp->lock);
-		kvfree(bounce);
 		kvfree(bvec);
 		return -ECONNABORTED;
 	}
@@ -882,8 +874,6 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->ack_sk = sk;
 	qp->mpa = *res;
 	qp->mulpdu = mulpdu;
-	qp->tx_bounce = bounce;
-	qp->tx_bounce_size = bounce_size;
 	qp->tx_bvec = bvec;
 	qp->tx_bvec_max = nbvec;
 	qp->tx_bvec_fpdu = fpdu_bvec;

@@ -325,12 +325,12 @@ struct kw_tx_msg {
 #define KW_TX_HDR_MAX	(2 + KW_DDP_UNTAGGED_HDR_LEN + KW_TERM_MAX_LEN)
 
 /*
- * Read Response FPDUs are built in a bounce buffer of at least this many
- * bytes (or one FPDU, if larger) and go to TCP a bufferful at a time
- * (kmod/tx.c): up to that much payload copied before a deregistration
- * returned may still go out after it.
+ * Read Response FPDUs are built in a bounce buffer of this many bytes
+ * (their payload is cut to fit one at least) and go to TCP a bufferful at
+ * a time (kmod/tx.c): up to that much payload copied before a
+ * deregistration returned may still go out after it.
  */
-#define KW_TX_BOUNCE_MIN	16384
+#define KW_TX_BOUNCE	32768
 
 /* One FPDU: hdr bytes, then payload [payload_off, +payload_len) of the
  * message (caller's memory), then trailer bytes (pad, CRC). */

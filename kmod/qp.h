@@ -179,8 +179,8 @@ struct kw_qp {
 	struct kw_mr *tx_mr[KIWARP_MAX_SGE];	/* our refs while sending */
 	u32 tx_nsge;
 	u8 tx_inline[KW_READ_REQ_LEN];
-	u8 *tx_bounce;		/* Read Response FPDUs (tx.c) */
-	u32 tx_bounce_size;	/* >= one FPDU, >= KW_TX_BOUNCE_MIN */
+	u8 *tx_bounce;		/* KW_TX_BOUNCE bytes, from the first Read
+				 * Response on: its FPDUs (tx.c) */
 	/*
 	 * The batch: consecutive FPDUs of tx_msg handed to TCP in one call
 	 * (tx.c). tx_bvec describes its bytes: header/trailer fragments

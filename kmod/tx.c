@@ -118,7 +118,7 @@ static u32 tx_crc_payload(struct kw_qp *qp, u32 crc, u32 off, u32 len)
  * hold when TCP gets to them, but copied, one FPDU at a time, into
  * tx_bounce (at dst) under an MR access (mem.c): once DEREG_MR has
  * returned no further byte of the MR is copied, and what was copied before
- * is at most one bounce buffer (KW_TX_BOUNCE_MIN, iwarp.h). Returns
+ * is at most one bounce buffer (KW_TX_BOUNCE, iwarp.h). Returns
  * -EACCES if the MR was revoked.
  */
 static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
@@ -132,8 +132,7 @@ static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
 		return 0;
 	if (WARN_ON_ONCE(qp->tx_nsge != 1 || !qp->tx_bounce ||
 			 f->payload_len > qp->mulpdu || dst < qp->tx_bounce ||
-			 dst + f->payload_len >
-			 qp->tx_bounce + qp->tx_bounce_size ||
+			 dst + f->payload_len > qp->tx_bounce + KW_TX_BOUNCE ||
 			 !tx_locate(qp, f->payload_off, &sge, &mr_off, &left) ||
 			 left < f->payload_len))
 		return -EIO;
@@ -260,7 +259,9 @@ static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
  * bytes and has room for one more FPDU's pieces. A small MULPDU (1442
  * bytes on a 1500-byte MTU) makes many FPDUs per message; one socket call
  * each was most of the transmit cost. A Read Response's FPDUs are built
- * whole in tx_bounce, as many as fit (tx_bounce_size holds one at least).
+ * whole in tx_bounce, as many as fit (tx_pick() cut them to fit one), which
+ * a QP allocates when it first serves a Read: idle QPs and QPs that serve
+ * none do without.
  */
 static int tx_fill(struct kw_qp *qp)
 {
@@ -272,9 +273,17 @@ static int tx_fill(struct kw_qp *qp)
 	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
 	tx_batch_reset(qp);
 	if (tx_bounced(qp)) {
-		const u8 *end = qp->tx_bounce + qp->tx_bounce_size;
-		u8 *p = qp->tx_bounce;
+		const u8 *end;
+		u8 *p;
 
+		if (!qp->tx_bounce) {
+			qp->tx_bounce = kvmalloc(KW_TX_BOUNCE,
+						 GFP_KERNEL_ACCOUNT);
+			if (!qp->tx_bounce)
+				return -ENOMEM;
+		}
+		p = qp->tx_bounce;
+		end = p + KW_TX_BOUNCE;
 		do {
 			ret = tx_next_fpdu(qp, p);
 			if (ret)
@@ -284,7 +293,7 @@ static int tx_fill(struct kw_qp *qp)
 			memcpy(p, f->trailer, f->trailer_len);
 			p += f->trailer_len;
 		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
-			 end - p >= KW_TX_HDR_MAX + qp->mulpdu +
+			 end - p >= KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
 				    sizeof(f->trailer));
 		qp->tx_batch_len = p - qp->tx_bounce;
 		qp->tx_msg_cut = f->last;
@@ -598,6 +607,10 @@ static bool tx_pick(struct kw_qp *qp)
 		qp->tx_irq = *e;
 		e->src = NULL;
 		msg_init(qp, KW_OP_READ_RESP, qp->tx_irq.req.size);
+		/* FPDUs that fit tx_bounce (smaller than MULPDU is allowed) */
+		qp->tx_msg.mulpdu = min_t(u32, qp->mulpdu, KW_TX_BOUNCE -
+					  KW_TX_HDR_MAX -
+					  sizeof_field(struct kw_tx_fpdu, trailer));
 		qp->tx_msg.stag = qp->tx_irq.req.sink_stag;
 		qp->tx_msg.to = qp->tx_irq.req.sink_to;
 		if (qp->tx_irq.src) {

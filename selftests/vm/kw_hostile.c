@@ -714,8 +714,8 @@ static void rv_attack(int *kwt_fail)
 	 * Everything kiwarp built before the dereg returned is now in our
 	 * receive queue, in its socket's send queue (SIOCOUTQ works on the fd
 	 * it owns), or is in the bounce buffer of Read Response FPDUs it
-	 * built last and TCP has not taken yet (no room; one FPDU or
-	 * KW_TX_BOUNCE_MIN bytes): the peer may get at most that much.
+	 * built last and TCP has not taken yet (no room; KW_TX_BOUNCE
+	 * bytes): the peer may get at most that much.
 	 */
 	ASSERT_EQ(ioctl(k.raw, FIONREAD, &queued), 0);
 	ASSERT_EQ(ioctl(k.sock, SIOCOUTQ, &q), 0);
@@ -724,8 +724,7 @@ static void rv_attack(int *kwt_fail)
 	printf("# %d bytes queued at the peer, %d in kiwarp's send queue, FPDU payload %u; DEREG_MR %d after %.3f s\n",
 	       queued, q, qa.mulpdu, ret, dt);
 	ASSERT_EQ(ret, 0);
-	built = (uint64_t)queued + q +
-		(qa.mulpdu > KW_TX_BOUNCE_MIN ? qa.mulpdu : KW_TX_BOUNCE_MIN);
+	built = (uint64_t)queued + q + KW_TX_BOUNCE;
 	EXPECT_LT(dt, 5.0);
 	/* the application reuses the buffer */
 	for (j = 0; j < RV_MR; j++)
