@@ -49,7 +49,7 @@ lib:
 	$(MAKE) -C lib
 
 tools: lib
-	$(MAKE) -C tools
+	$(MAKE) -C tools all bench-tools
 
 tests: lib
 	$(MAKE) -C selftests/unit

@@ -72,6 +72,22 @@ suite vm scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" \
 # host-side driver, see Documentation/interop.md.
 suite interop selftests/interop/run.sh
 
+# make bench's pipeline as a one-minute smoke (BENCH_QUICK; numbers are not
+# judged): both paths come up, every kiwarp and TCP run moves verified
+# data, siw runs, the report, JSON and plots are written.
+bench_smoke() {
+	local d=build/results/bench-smoke
+
+	BENCH_QUICK=1 BENCH_PATHS="lo veth1500" BENCH_TIMEOUT=900 \
+		tools/kiwarp-bench --results "$d" || return 1
+	for f in bench.md bench.json bandwidth.png latency.png; do
+		[ -s "$d/$f" ] || { echo "bench smoke: $d/$f missing"; return 1; }
+	done
+	grep -q '"transport": "siw"' "$d/bench.json" ||
+		{ echo "bench smoke: no siw sample"; return 1; }
+}
+single bench-smoke bench_smoke
+
 # The VM suite and the siw interop suite on the other kernels users run:
 # 6.12 LTS and the newest Debian kernel (scripts/kernel fetches and
 # prepares them; kiwarp.ko is built for each, siw from each kernel's own
