@@ -510,13 +510,23 @@ static void kw_write_space(struct sock *sk)
 	read_lock_bh(&sk->sk_callback_lock);
 	qp = kw_sk_qp(sk);
 	if (qp) {
-		/* the bit stays set while tx_work waits for send space */
-		if (sk_stream_is_writeable(sk)) {
+		bool writeable = sk_stream_is_writeable(sk);
+
+		/*
+		 * A transmit TCP stopped resumes as soon as a batch fits, not
+		 * only when half the send buffer is free (what a sleeping
+		 * writer waits for): the worker takes a while to run, and
+		 * meanwhile the rest of the queue drains. A send buffer
+		 * smaller than two batches (SO_SNDBUF) never has a batch of
+		 * room; there the writeable test is what resumes it.
+		 */
+		if ((writeable || (sk_stream_wspace(sk) >= KW_TX_BATCH_BYTES &&
+				   sk_stream_memory_free(sk))) &&
+		    test_and_clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags))
+			kw_qp_kick_tx(qp);
+		/* the bit stays set while there is little room */
+		if (writeable)
 			clear_bit(SOCK_NOSPACE, &sk->sk_socket->flags);
-			/* only a transmit that TCP stopped needs the work */
-			if (test_and_clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags))
-				kw_qp_kick_tx(qp);
-		}
 		kw_qp_wait_acks(qp);	/* completion on ACK */
 	}
 	read_unlock_bh(&sk->sk_callback_lock);

@@ -58,6 +58,7 @@ struct pair {
 	size_t pd_a_len, pd_b_len;
 	int reject;		/* responder rejects */
 	int mss;		/* > 0: TCP_MAXSEG of both ends */
+	int sndbuf;		/* > 0: SO_SNDBUF of both ends */
 	int ret_a, ret_b;
 	struct kw_conn_request req;
 };
@@ -148,6 +149,12 @@ static int pair_connect(struct pair *p, size_t len, uint32_t acc_a,
 	ret = tcp_pair_mss(AF_INET, p->mss, &p->a.sock, &p->b.sock);
 	if (ret)
 		return ret;
+	if (p->sndbuf > 0 &&
+	    (setsockopt(p->a.sock, SOL_SOCKET, SO_SNDBUF, &p->sndbuf,
+			sizeof(p->sndbuf)) ||
+	     setsockopt(p->b.sock, SOL_SOCKET, SO_SNDBUF, &p->sndbuf,
+			sizeof(p->sndbuf))))
+		return -errno;
 	if (!p->pa.mpa_rev)
 		p->pa.mpa_rev = 2;
 	if (!p->pb.mpa_rev)
@@ -1333,6 +1340,79 @@ TEST(read_then_write_by_reference_completes)
 		ASSERT_MEMEQ(p.a.buf + WRLEN, p.b.buf + WRLEN, RD);
 	}
 	ASSERT_EQ(shell("tc qdisc del dev lo root"), 0);
+	pair_fini(&p);
+}
+
+/*
+ * A send buffer smaller than a transmit batch (SO_SNDBUF set before the
+ * socket was handed over; any user may) must not stall the transmit: once
+ * TCP refuses bytes, sk_write_space has to resume it when the queue has
+ * drained, even though a whole batch never fits. Both directions, Writes
+ * by reference and by copy, and Sends, each compared.
+ */
+TEST(small_send_buffer_does_not_stall)
+{
+	enum { LEN = 2 * MIB, SMALLMSG = 4096, NSMALL = 64 };
+	struct pair p = { 0 };
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = {
+		.opcode = KIWARP_WR_RDMA_WRITE, .flags = KW_SEND_SIGNALED,
+		.num_sge = 1, .sg_list = &sge,
+	};
+	int i, dir;
+
+	p.sndbuf = 8192;	/* the kernel doubles it: 16 KiB */
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	for (dir = 0; dir < 2; dir++) {
+		struct end *src = dir ? &p.b : &p.a, *dst = dir ? &p.a : &p.b;
+
+		/* one large Write by reference */
+		fill(src->buf, LEN, 50 + dir);
+		memset(dst->buf, 0, LEN);
+		sge = (struct kiwarp_sge){ (uintptr_t)src->buf, LEN, src->mr->stag };
+		wr.wr_id = 1;
+		wr.remote_addr = (uintptr_t)dst->buf;
+		wr.rkey = dst->mr->stag;
+		ASSERT_EQ(kw_post_send(src->qp, &wr, 1), 1);
+		ASSERT_EQ(wait_cqe(src->scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		ASSERT_MEMEQ(dst->buf, src->buf, LEN);
+
+		/* many small Writes, copied into TCP, back to back */
+		fill(src->buf, SMALLMSG * NSMALL, 60 + dir);
+		for (i = 0; i < NSMALL; i++) {
+			sge = (struct kiwarp_sge){ (uintptr_t)src->buf + i * SMALLMSG,
+						   SMALLMSG, src->mr->stag };
+			wr.wr_id = 100 + i;
+			wr.remote_addr = (uintptr_t)dst->buf + i * SMALLMSG;
+			ASSERT_EQ(kw_post_send(src->qp, &wr, 1), 1);
+		}
+		for (i = 0; i < NSMALL; i++) {
+			ASSERT_EQ(wait_cqe(src->scq, &cqe), 0);
+			EXPECT_EQ(cqe.wr_id, 100u + i);
+			EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		}
+		/* a Send behind them: placed only after all of them */
+		ASSERT_EQ(kw_post_recv(dst->qp, &(struct kw_recv_wr){
+			.wr_id = 7, .num_sge = 1,
+			.sg_list = &(struct kiwarp_sge){ (uintptr_t)dst->buf + LEN,
+							 SMALLMSG, dst->mr->stag } }, 1), 1);
+		sge = (struct kiwarp_sge){ (uintptr_t)src->buf + LEN, SMALLMSG,
+					   src->mr->stag };
+		fill(src->buf + LEN, SMALLMSG, 70 + dir);
+		wr.opcode = KIWARP_WR_SEND;
+		wr.wr_id = 2;
+		ASSERT_EQ(kw_post_send(src->qp, &wr, 1), 1);
+		wr.opcode = KIWARP_WR_RDMA_WRITE;
+		ASSERT_EQ(wait_cqe(src->scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		ASSERT_EQ(wait_cqe(dst->rcq, &cqe), 0);
+		EXPECT_EQ(cqe.wr_id, 7);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		ASSERT_MEMEQ(dst->buf, src->buf, SMALLMSG * NSMALL);
+		ASSERT_MEMEQ(dst->buf + LEN, src->buf + LEN, SMALLMSG);
+	}
 	pair_fini(&p);
 }
 
