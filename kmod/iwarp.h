@@ -325,10 +325,10 @@ struct kw_tx_msg {
 #define KW_TX_HDR_MAX	(2 + KW_DDP_UNTAGGED_HDR_LEN + KW_TERM_MAX_LEN)
 
 /*
- * Read Response FPDUs are built in a bounce buffer of this many bytes
- * (their payload is cut to fit one at least) and go to TCP a bufferful at
- * a time (kmod/tx.c): up to that much payload copied before a
- * deregistration returned may still go out after it.
+ * Read Response FPDUs are copied, whole, into batches of at most this many
+ * bytes (their payload is cut so that one fits) that TCP takes a batch at
+ * a time (kmod/tx.c): up to that much copied before a deregistration
+ * returned may still go out after it.
  */
 #define KW_TX_BOUNCE	32768
 

@@ -82,7 +82,6 @@ static void qp_free(struct kref *ref)
 	kvfree(qp->rq_wr);
 	kfree(qp->orq);
 	kfree(qp->irq);
-	kvfree(qp->tx_bounce);
 	kvfree(qp->tx_bvec);
 	kfree(qp);
 }

@@ -179,8 +179,6 @@ struct kw_qp {
 	struct kw_mr *tx_mr[KIWARP_MAX_SGE];	/* our refs while sending */
 	u32 tx_nsge;
 	u8 tx_inline[KW_READ_REQ_LEN];
-	u8 *tx_bounce;		/* KW_TX_BOUNCE bytes, from the first Read
-				 * Response on: its FPDUs (tx.c) */
 	/*
 	 * The batch: consecutive FPDUs of tx_msg handed to TCP in one call
 	 * (tx.c). tx_bvec describes its bytes: header/trailer fragments
@@ -198,6 +196,8 @@ struct kw_qp {
 	struct page_frag_cache tx_frag_cache;
 	u8 *tx_frags[KW_TX_BATCH_FPDUS + 1];	/* our refs until TCP has them */
 	u32 tx_nfrags;
+	u8 *tx_chunk;		/* Read Response page being filled (tx.c) */
+	u32 tx_chunk_len;	/* bytes of it in the batch */
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */
 	u8 term_buf[KW_TERM_MAX_LEN];

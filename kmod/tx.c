@@ -18,8 +18,11 @@
  *  - sendpage (up to 6.4): tcp_sendpage_locked() per entry under one
  *    socket lock, MSG_SENDPAGE_NOTLAST on all but the last.
  *
- * Either way, Read Response payload is copied (tx_bounce_payload()): its
- * FPDUs are built whole in tx_bounce and go to TCP a bufferful at a time.
+ * Either way, Read Response payload is copied (tx_resp_fpdu()): its FPDUs
+ * are built whole, as one byte stream, in pages of the same page_frag
+ * cache, at most KW_TX_BOUNCE bytes at a time, and TCP takes those pages
+ * by reference like any other: one copy, and a few page-sized fragments
+ * per batch instead of two or three per FPDU.
  *
  * All socket calls are non-blocking: on -EAGAIN we keep the batch and how
  * many of its bytes TCP accepted, and sk_write_space requeues the work.
@@ -55,6 +58,8 @@ static void tx_batch_reset(struct kw_qp *qp)
 	qp->tx_batch_sent = 0;
 	qp->tx_batch_copy = false;
 	qp->tx_trl_len = 0;
+	qp->tx_chunk = NULL;
+	qp->tx_chunk_len = 0;
 }
 
 /* Teardown: tx_work is cancelled; drop what its cursor still holds. */
@@ -111,81 +116,26 @@ static u32 tx_crc_payload(struct kw_qp *qp, u32 crc, u32 off, u32 len)
 	return crc;
 }
 
-/*
- * A Read Response answers the peer from memory the application may revoke
- * at any time (deregistration, invalidation). Its payload is therefore not
- * handed to TCP by page reference, which would send whatever the pages
- * hold when TCP gets to them, but copied, one FPDU at a time, into
- * tx_bounce (at dst) under an MR access (mem.c): once DEREG_MR has
- * returned no further byte of the MR is copied, and what was copied before
- * is at most one bounce buffer (KW_TX_BOUNCE, iwarp.h). Returns
- * -EACCES if the MR was revoked.
- */
-static int tx_bounce_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
-			     u8 *dst)
-{
-	struct kw_mr *mr = qp->tx_mr[0];
-	u64 mr_off;
-	u32 sge, left;
-
-	if (!f->payload_len)
-		return 0;
-	if (WARN_ON_ONCE(qp->tx_nsge != 1 || !qp->tx_bounce ||
-			 f->payload_len > qp->mulpdu || dst < qp->tx_bounce ||
-			 dst + f->payload_len > qp->tx_bounce + KW_TX_BOUNCE ||
-			 !tx_locate(qp, f->payload_off, &sge, &mr_off, &left) ||
-			 left < f->payload_len))
-		return -EIO;
-	/* an MR access runs with bottom halves off (mem.c) */
-	local_bh_disable();
-	if (!kw_mr_access_begin(mr)) {
-		local_bh_enable();
-		return -EACCES;
-	}
-	kw_mr_copy_from(mr, mr_off, dst, f->payload_len);
-	kw_mr_access_end(mr);
-	local_bh_enable();
-	return 0;
-}
-
 static bool tx_bounced(const struct kw_qp *qp)
 {
 	return qp->tx_kind == KW_TXK_READ_RESP;
 }
 
-/*
- * Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. A Read
- * Response's payload is copied to at + hdr_len (at: where the FPDU starts
- * in tx_bounce).
- */
-static int tx_next_fpdu(struct kw_qp *qp, u8 *at)
+/* Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. */
+static int tx_next_fpdu(struct kw_qp *qp)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u8 *payload = NULL;
+	u32 crc = 0;
 	int ret;
 
 	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
 	if (ret)
 		return ret;
-	if (tx_bounced(qp)) {
-		payload = at + f->hdr_len;
-		ret = tx_bounce_payload(qp, f, payload);
-		if (ret)
-			return ret;
-	}
 	if (qp->tx_msg.crc) {
-		u32 crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr,
-					    f->hdr_len);
-
-		if (payload)
-			crc = kw_mpa_crc_update(crc, payload, f->payload_len);
-		else
-			crc = tx_crc_payload(qp, crc, f->payload_off,
-					     f->payload_len);
-		kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
-	} else {
-		kw_tx_fpdu_seal(&qp->tx_msg, f, 0);
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len);
+		crc = tx_crc_payload(qp, crc, f->payload_off, f->payload_len);
 	}
+	kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
 	return 0;
 }
 
@@ -254,14 +204,153 @@ static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
 }
 
 /*
+ * Read Responses. A Read Response answers the peer from memory the
+ * application may revoke at any time (deregistration, invalidation), so
+ * its payload is not handed to TCP by page reference, which would send
+ * whatever the pages hold when TCP gets to them: it is copied, under an MR
+ * access (mem.c), so that once DEREG_MR has returned no further byte of
+ * the MR is copied. The copy goes into page-sized fragments of the QP's
+ * page_frag cache, header, payload and trailer one after the other as
+ * they go on the wire (tx_stream_*), and TCP takes those pages by
+ * reference: the one copy is the only one, and a batch of whole FPDUs is
+ * a few page fragments, whatever the FPDU size. A batch holds at most
+ * KW_TX_BOUNCE bytes (iwarp.h): at most that much copied before a
+ * deregistration returned may still go out after it.
+ */
+
+/* Room for the next bytes of the stream: a new page when the last is full. */
+static int tx_stream_room(struct kw_qp *qp, u8 **dst, u32 *room)
+{
+	struct bio_vec *bv;
+	struct page *head;
+	u8 *p;
+
+	if (qp->tx_chunk && qp->tx_chunk_len < PAGE_SIZE) {
+		*dst = qp->tx_chunk + qp->tx_chunk_len;
+		*room = PAGE_SIZE - qp->tx_chunk_len;
+		return 0;
+	}
+	if (WARN_ON_ONCE(qp->tx_nfrags >= ARRAY_SIZE(qp->tx_frags) ||
+			 qp->tx_nbv >= qp->tx_bvec_max))
+		return -EIO;
+	p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE, GFP_KERNEL_ACCOUNT);
+	if (!p)
+		return -ENOMEM;
+	qp->tx_frags[qp->tx_nfrags++] = p;
+	/*
+	 * Small header fragments come from the same cache, so p need not
+	 * be page aligned: described from the head of its (compound) page,
+	 * as TCP's own page_frag copies are, it may straddle a page.
+	 */
+	head = virt_to_head_page(p);
+	bv = &qp->tx_bvec[qp->tx_nbv++];
+	bvec_set_page(bv, head, 0, p - (u8 *)page_address(head));
+	qp->tx_chunk = p;
+	qp->tx_chunk_len = 0;
+	*dst = p;
+	*room = PAGE_SIZE;
+	return 0;
+}
+
+/* n bytes at the room tx_stream_room() gave are now part of the batch. */
+static void tx_stream_commit(struct kw_qp *qp, u32 n)
+{
+	qp->tx_chunk_len += n;
+	qp->tx_bvec[qp->tx_nbv - 1].bv_len += n;
+	qp->tx_batch_len += n;
+}
+
+static int tx_stream_put(struct kw_qp *qp, const u8 *src, u32 len)
+{
+	while (len) {
+		u32 room, n;
+		u8 *dst;
+		int ret;
+
+		ret = tx_stream_room(qp, &dst, &room);
+		if (ret)
+			return ret;
+		n = min(len, room);
+		memcpy(dst, src, n);
+		tx_stream_commit(qp, n);
+		src += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/*
+ * Copy the payload of FPDU f from the MR into the stream, folding the
+ * copied bytes (not the MR's, which may change meanwhile) into *crc.
+ * Returns -EACCES if the MR was revoked.
+ */
+static int tx_stream_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
+			     u32 *crc)
+{
+	struct kw_mr *mr = qp->tx_mr[0];
+	u32 off = f->payload_off, len = f->payload_len;
+
+	if (WARN_ON_ONCE(len && qp->tx_nsge != 1))
+		return -EIO;
+	while (len) {
+		u32 sge, left, room, n;
+		u64 mr_off;
+		u8 *dst;
+		int ret;
+
+		if (WARN_ON_ONCE(!tx_locate(qp, off, &sge, &mr_off, &left)))
+			return -EIO;
+		ret = tx_stream_room(qp, &dst, &room);
+		if (ret)
+			return ret;
+		n = min3(len, left, room);
+		/* an MR access runs with bottom halves off (mem.c) */
+		local_bh_disable();
+		if (!kw_mr_access_begin(mr)) {
+			local_bh_enable();
+			return -EACCES;
+		}
+		kw_mr_copy_from(mr, mr_off, dst, n);
+		kw_mr_access_end(mr);
+		local_bh_enable();
+		if (qp->tx_msg.crc)
+			*crc = kw_mpa_crc_update(*crc, dst, n);
+		tx_stream_commit(qp, n);
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The next Read Response FPDU, whole, onto the stream. */
+static int tx_resp_fpdu(struct kw_qp *qp)
+{
+	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u32 crc = 0;
+	int ret;
+
+	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
+	if (ret)
+		return ret;
+	if (qp->tx_msg.crc)
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len);
+	ret = tx_stream_put(qp, f->hdr, f->hdr_len);
+	if (!ret)
+		ret = tx_stream_payload(qp, f, &crc);
+	if (ret)
+		return ret;
+	kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
+	return tx_stream_put(qp, f->trailer, f->trailer_len);
+}
+
+/*
  * Cut the next FPDUs of tx_msg into a new batch: one at least, more while
  * the batch holds fewer than KW_TX_BATCH_FPDUS FPDUs and KW_TX_BATCH_BYTES
  * bytes and has room for one more FPDU's pieces. A small MULPDU (1442
  * bytes on a 1500-byte MTU) makes many FPDUs per message; one socket call
- * each was most of the transmit cost. A Read Response's FPDUs are built
- * whole in tx_bounce, as many as fit (tx_pick() cut them to fit one), which
- * a QP allocates when it first serves a Read: idle QPs and QPs that serve
- * none do without.
+ * each was most of the transmit cost. A Read Response's FPDUs are copied
+ * whole into page fragments, as many as fit in KW_TX_BOUNCE bytes
+ * (tx_pick() cut them to fit one).
  */
 static int tx_fill(struct kw_qp *qp)
 {
@@ -271,36 +360,25 @@ static int tx_fill(struct kw_qp *qp)
 
 	lockdep_assert_held(&qp->tx_mutex);
 	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
+	/* a Read Response batch of KW_TX_BOUNCE bytes fits tx_frags */
+	BUILD_BUG_ON(KW_TX_BOUNCE / PAGE_SIZE + 1 >
+		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
 	if (tx_bounced(qp)) {
-		const u8 *end;
-		u8 *p;
-
-		if (!qp->tx_bounce) {
-			qp->tx_bounce = kvmalloc(KW_TX_BOUNCE,
-						 GFP_KERNEL_ACCOUNT);
-			if (!qp->tx_bounce)
-				return -ENOMEM;
-		}
-		p = qp->tx_bounce;
-		end = p + KW_TX_BOUNCE;
+		/* tx_pick() cut its FPDUs so that one fits KW_TX_BOUNCE */
 		do {
-			ret = tx_next_fpdu(qp, p);
+			ret = tx_resp_fpdu(qp);
 			if (ret)
 				return ret;
-			memcpy(p, f->hdr, f->hdr_len);
-			p += f->hdr_len + f->payload_len;
-			memcpy(p, f->trailer, f->trailer_len);
-			p += f->trailer_len;
 		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
-			 end - p >= KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
-				    sizeof(f->trailer));
-		qp->tx_batch_len = p - qp->tx_bounce;
+			 KW_TX_BOUNCE - qp->tx_batch_len >=
+			 KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
+			 sizeof(f->trailer));
 		qp->tx_msg_cut = f->last;
 		return 0;
 	}
 	do {
-		ret = tx_next_fpdu(qp, NULL);
+		ret = tx_next_fpdu(qp);
 		if (!ret)
 			ret = tx_batch_glue(qp, f->hdr, f->hdr_len);
 		if (!ret)
@@ -314,18 +392,6 @@ static int tx_fill(struct kw_qp *qp)
 		 qp->tx_nbv + qp->tx_bvec_fpdu <= qp->tx_bvec_max);
 	qp->tx_msg_cut = f->last;
 	return tx_batch_glue(qp, NULL, 0);	/* the last trailer */
-}
-
-/* Read Response FPDUs, whole in tx_bounce; TCP copies them. */
-static int tx_push_kvec(struct kw_qp *qp, int flags)
-{
-	struct kvec iov = { qp->tx_bounce, qp->tx_batch_len };
-	struct msghdr msg = { .msg_flags = flags };
-
-	iov_iter_kvec(&msg.msg_iter, ITER_SOURCE, &iov, 1, qp->tx_batch_len);
-	iov_iter_advance(&msg.msg_iter, qp->tx_batch_sent);
-	return qp->sock_ops->sendmsg(qp->sock, &msg,
-				     qp->tx_batch_len - qp->tx_batch_sent);
 }
 
 #ifdef KW_TX_SPLICE
@@ -415,8 +481,7 @@ static int tx_push(struct kw_qp *qp)
 
 	lockdep_assert_held(&qp->tx_mutex);
 	while (qp->tx_batch_sent < qp->tx_batch_len) {
-		ret = tx_bounced(qp) ? tx_push_kvec(qp, flags) :
-				       tx_push_pages(qp, flags);
+		ret = tx_push_pages(qp, flags);
 		if (ret < 0)
 			return ret;
 		if (ret == 0)
@@ -607,7 +672,7 @@ static bool tx_pick(struct kw_qp *qp)
 		qp->tx_irq = *e;
 		e->src = NULL;
 		msg_init(qp, KW_OP_READ_RESP, qp->tx_irq.req.size);
-		/* FPDUs that fit tx_bounce (smaller than MULPDU is allowed) */
+		/* FPDUs that fit a batch (smaller than MULPDU is allowed) */
 		qp->tx_msg.mulpdu = min_t(u32, qp->mulpdu, KW_TX_BOUNCE -
 					  KW_TX_HDR_MAX -
 					  sizeof_field(struct kw_tx_fpdu, trailer));
