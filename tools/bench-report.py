@@ -239,9 +239,12 @@ md.append("")
 md.append("## CPU seconds per GB moved (bandwidth runs)")
 md.append("")
 md.append("Receiver: the receiving side's vCPU (its process and its receive softirq; on veth the "
-          "receive path is steered to it); app: the receiving process alone (user+system, "
-          "GNU time); sender: the other vCPU; guest: both. Loopback cannot separate the sides: "
-          "guest only. Includes process start and connection setup (a few tens of ms).")
+          "receive path is steered to it); sender: the other vCPU; guest: both. For kiwarp and "
+          "TCP these are the vCPUs' busy time over the timed transfer alone, as the client read "
+          "it from /proc/stat (10 ms ticks); for siw (perftest) the whole client run, start-up "
+          "and connection setup included. Receiving app: the receiving process alone "
+          "(user+system, GNU time), whole process, setup included: for an RDMA Write that is "
+          "all it spends. Loopback cannot separate the sides: guest only.")
 md.append("")
 md.append("| path | op | size | stack | receiver | receiving app | sender | guest |")
 md.append("|---|---|---:|---|---:|---:|---:|---:|")

@@ -527,7 +527,8 @@ static void json_common(struct ctx *c, uint32_t size)
 	       c->mulpdu);
 }
 
-static void print_bw(struct ctx *c, uint32_t size, double usec, int verified)
+static void print_bw(struct ctx *c, uint32_t size, double usec, int verified,
+		     const struct cpu_busy *cb0, const struct cpu_busy *cb1)
 {
 	double bytes = (double)size * c->o.iters;
 	double mbps = usec > 0 ? bytes / usec : 0;	/* B/us == MB/s */
@@ -535,8 +536,10 @@ static void print_bw(struct ctx *c, uint32_t size, double usec, int verified)
 
 	if (c->o.json) {
 		json_common(c, size);
-		printf("\"bw_MBps\":%.2f,\"msg_rate_Mpps\":%.6f,\"usec\":%.1f,"
-		       "\"verify\":\"%s\",\"status\":\"ok\"}\n", mbps, mpps, usec,
+		printf("\"bw_MBps\":%.2f,\"msg_rate_Mpps\":%.6f,\"usec\":%.1f,",
+		       mbps, mpps, usec);
+		cpu_busy_json(cb0, cb1);
+		printf("\"verify\":\"%s\",\"status\":\"ok\"}\n",
 		       verified ? "ok" : "off");
 	} else {
 		printf(" %-10u %-12u %-22.2f %-18.6f\n", size, c->o.iters, mbps,
@@ -573,6 +576,7 @@ static void client_bw(struct ctx *c, uint32_t size)
 	struct kw_send_wr wr[16];
 	struct kiwarp_sge sge[16];
 	struct kiwarp_cqe e[64];
+	struct cpu_busy cb0, cb1;
 	uint32_t iters = c->o.iters, window = c->o.window;
 	uint64_t posted = 0, done = 0;
 	double t0, t1, last = 0;
@@ -584,6 +588,7 @@ static void client_bw(struct ctx *c, uint32_t size)
 			window = c->neg.ord;
 		memset(c->rbuf, 0, size);
 	}
+	cpu_busy(&cb0);
 	t0 = now_us();
 	while (done < iters) {
 		unsigned k = 0;
@@ -640,6 +645,7 @@ static void client_bw(struct ctx *c, uint32_t size)
 		}
 	}
 	t1 = now_us();
+	cpu_busy(&cb1);
 	if (c->o.test == T_READ && c->o.verify) {
 		if (check_pattern(c->rbuf, size))
 			die(1, "verification failed (RDMA Read, size %u)", size);
@@ -650,7 +656,7 @@ static void client_bw(struct ctx *c, uint32_t size)
 		die(1, "verification failed on the server (size %u)", size);
 	if (c->o.verify)
 		verified = 1;
-	print_bw(c, size, t1 - t0, verified);
+	print_bw(c, size, t1 - t0, verified, &cb0, &cb1);
 }
 
 /* Fail with the Terminate details if the QP left RTS. */

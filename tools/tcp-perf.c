@@ -290,8 +290,10 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 	pat_fill(buf, size);
 	xwrite(fd, &h, sizeof(h));
 	if (mode == M_BW) {
+		struct cpu_busy cb0, cb1;
 		double mbps;
 
+		cpu_busy(&cb0);
 		t0 = now_us();
 		if (test != T_READ) {
 			for (uint32_t i = 0; i < iters; i++)
@@ -303,6 +305,7 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 			sink(fd, buf, size, (uint64_t)size * iters);
 		}
 		t1 = now_us();
+		cpu_busy(&cb1);
 		if (verify) {
 			int bad = test == T_READ ? pat_check(buf, size) :
 				  c != ANS_VERIFIED;
@@ -314,11 +317,13 @@ static int client(const char *host, int port, uint32_t test, uint32_t mode,
 			}
 		}
 		mbps = (double)size * iters / (t1 - t0);
-		if (json)
+		if (json) {
 			printf("{\"test\":\"%s\",\"mode\":\"bw\",\"size\":%u,\"iters\":%u,"
-			       "\"transport\":\"tcp\",\"bw_MBps\":%.2f,\"usec\":%.1f,"
-			       "\"verify\":\"%s\",\"status\":\"ok\"}\n", tname(test),
-			       size, iters, mbps, t1 - t0, vres);
+			       "\"transport\":\"tcp\",\"bw_MBps\":%.2f,\"usec\":%.1f,",
+			       tname(test), size, iters, mbps, t1 - t0);
+			cpu_busy_json(&cb0, &cb1);
+			printf("\"verify\":\"%s\",\"status\":\"ok\"}\n", vres);
+		}
 		else
 			printf(" tcp %s bw: %u x %u bytes: %.2f MB/s\n", tname(test),
 			       iters, size, mbps);
