@@ -402,6 +402,97 @@ TEST(read_request_out_of_bounds)
 	kend_fini(&k);
 }
 
+/* Append message m as FPDUs to out (CRC as negotiated); returns the end. */
+static uint8_t *raw_build(struct kend *k, struct kw_tx_msg *m,
+			  const uint8_t *payload, uint8_t *out)
+{
+	struct kw_tx_fpdu f;
+	uint32_t off = 0;
+
+	m->crc = k->crc;
+	m->mulpdu = 1448;
+	do {
+		uint32_t crc;
+
+		if (kw_tx_fpdu_next(m, &off, &f))
+			return NULL;
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+		crc = kw_mpa_crc_update(crc, payload + f.payload_off,
+					f.payload_len);
+		kw_tx_fpdu_seal(m, &f, crc);
+		memcpy(out, f.hdr, f.hdr_len);
+		out += f.hdr_len;
+		memcpy(out, payload + f.payload_off, f.payload_len);
+		out += f.payload_len;
+		memcpy(out, f.trailer, f.trailer_len);
+		out += f.trailer_len;
+	} while (!f.last);
+	return out;
+}
+
+/*
+ * Write, Send with Invalidate of that STag, Write again, all in one TCP
+ * segment (one pass of the receive path): the first Write lands, the
+ * Send completes with the invalidation, and the second Write must be
+ * refused as an invalid STag (RFC 5040 section 6.4) and place nothing.
+ * Guards the receive path against acting on an MR it looked up one FPDU
+ * earlier (a per-pass STag cache was tried for speed; performance.md).
+ */
+TEST(write_after_remote_invalidate_same_segment)
+{
+	static struct kend k;
+	static uint8_t pl[4096], wire[8192];
+	struct kw_mr *target;
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 };
+	struct kiwarp_cqe cqe;
+	uint8_t *tbuf, *end;
+	int i, n = 0;
+
+	setup(&k, false, kwt_fail);
+	tbuf = mmap(NULL, KBUF, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(tbuf != MAP_FAILED);
+	memset(tbuf, 0, KBUF);
+	ASSERT_EQ(kw_reg_mr(k.pd, tbuf, KBUF, KIWARP_ACCESS_ALL, &target), 0);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 256, k.mr->stag };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	for (i = 0; i < (int)sizeof(pl); i++)
+		pl[i] = (uint8_t)(i * 7 + 1);
+
+	end = raw_build(&k, &(struct kw_tx_msg){ .opcode = KW_OP_WRITE,
+		.len = 100, .stag = target->stag, .to = (uintptr_t)tbuf },
+		pl, wire);
+	ASSERT_TRUE(end != NULL);
+	end = raw_build(&k, &(struct kw_tx_msg){ .opcode = KW_OP_SEND_INV,
+		.len = 10, .qn = 0, .msn = 1, .inv_stag = target->stag },
+		pl, end);
+	ASSERT_TRUE(end != NULL);
+	end = raw_build(&k, &(struct kw_tx_msg){ .opcode = KW_OP_WRITE,
+		.len = 100, .stag = target->stag,
+		.to = (uintptr_t)tbuf + 1024 }, pl, end);
+	ASSERT_TRUE(end != NULL);
+	ASSERT_EQ(writen(k.raw, wire, end - wire), 0);
+
+	raw_expect_term(&k, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			KW_TERM_DDP_T_INV_STAG, kwt_fail);
+	expect_qp_term(&k, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+		       KW_TERM_DDP_T_INV_STAG, kwt_fail);
+	ASSERT_MEMEQ(tbuf, pl, 100);		/* before: placed */
+	for (i = 0; i < 100; i++)		/* after: nothing */
+		n += tbuf[1024 + i] != 0;
+	EXPECT_EQ(n, 0);
+	/* the Send completed, with the invalidation */
+	ASSERT_EQ(kw_poll_cq(k.cq, 1, &cqe), 1);
+	EXPECT_EQ(cqe.wr_id, 7);
+	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	EXPECT_TRUE(cqe.flags & KIWARP_WC_WITH_INV);
+	EXPECT_EQ(cqe.inv_stag, target->stag);
+	kend_fini(&k);
+	kw_dereg_mr(target);
+	munmap(tbuf, KBUF);
+}
+
 /* A Read Request whose sink range wraps past 2^64: refused, not echoed. */
 TEST(read_request_sink_wraps)
 {

@@ -2501,6 +2501,9 @@ static void op_race_destroy(struct th *t)
 	munmap(map, q.g[0].size);
 }
 
+/* Private contexts' fds start here; the table's stay far below (ocap). */
+#define PRIVATE_FD_MIN 512
+
 /* ACCEPT without timeout on a listener; the QP is destroyed meanwhile. */
 struct acc_race {
 	int fd;
@@ -2534,10 +2537,18 @@ static void op_race_accept(struct th *t)
 
 	/*
 	 * A private context: no other thread can destroy the QP and have
-	 * its handle reused under the blocked ACCEPT.
+	 * its handle reused under the blocked ACCEPT. Its fd is moved above
+	 * the numbers the table's fds take: an operation another thread
+	 * picked from the table before its fd was closed (op_race_close(),
+	 * a closing context) may still run on that number, and reached this
+	 * context when open() reused it (a debug-tier run saw CREATE_QP fail
+	 * with EINVAL here, its CQ destroyed from outside).
 	 */
 	begin(t, "race_accept: private context");
-	r.fd = open(cfg_dev, O_RDWR | O_CLOEXEC);
+	n = open(cfg_dev, O_RDWR | O_CLOEXEC);
+	r.fd = n < 0 ? n : fcntl(n, F_DUPFD_CLOEXEC, PRIVATE_FD_MIN);
+	if (n >= 0)
+		close(n);
 	if (judge(t, r.fd < 0 ? -errno : 0, E(EMFILE) | E(ENOMEM)))
 		return;
 	l.addr.family = AF_INET;
