@@ -317,7 +317,8 @@ if gp and plot_paths:
         script = ['set terminal pngcairo size %d,440 font "sans,10"' % (520 * len(plot_paths)),
                   'set output "%s"' % os.path.join(out, name + ".png"),
                   "set logscale x 2", "set grid", "set key top left",
-                  'set xlabel "message size (bytes)"', 'set ylabel "%s"' % ylabel,
+                  'set format x "%.0b%BB"',	# 64 B, 1KiB .. 1MiB
+                  'set xlabel "message size"', 'set ylabel "%s"' % ylabel,
                   "set multiplot layout 1,%d title \"kiwarp vs TCP vs siw: %s (%s, git %s)\"" %
                   (len(plot_paths), name, accel.upper(), rev)]
         script.append("set logscale y 2" if mode == "lat" else "set yrange [0:*]")
