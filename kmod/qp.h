@@ -196,8 +196,9 @@ struct kw_qp {
 	struct page_frag_cache tx_frag_cache;
 	u8 *tx_frags[KW_TX_BATCH_FPDUS + 1];	/* our refs until TCP has them */
 	u32 tx_nfrags;
-	u8 *tx_chunk;		/* Read Response page being filled (tx.c) */
-	u32 tx_chunk_len;	/* bytes of it in the batch */
+	u8 *tx_chunk;		/* Read Response page being filled, our ref */
+	u32 tx_chunk_len;	/* bytes of it used, across batches (tx.c) */
+	bool tx_chunk_bv;	/* the batch's last tx_bvec entry is in it */
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */
 	u8 term_buf[KW_TERM_MAX_LEN];

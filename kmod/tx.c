@@ -58,14 +58,17 @@ static void tx_batch_reset(struct kw_qp *qp)
 	qp->tx_batch_sent = 0;
 	qp->tx_batch_copy = false;
 	qp->tx_trl_len = 0;
-	qp->tx_chunk = NULL;
-	qp->tx_chunk_len = 0;
+	qp->tx_chunk_bv = false;	/* tx_chunk itself stays (tx_stream_room) */
 }
 
 /* Teardown: tx_work is cancelled; drop what its cursor still holds. */
 void kw_tx_release(struct kw_qp *qp)
 {
 	tx_batch_reset(qp);
+	if (qp->tx_chunk)
+		page_frag_free(qp->tx_chunk);
+	qp->tx_chunk = NULL;
+	qp->tx_chunk_len = 0;
 	kw_page_frag_cache_drain(&qp->tx_frag_cache);
 	tx_drop_refs(qp);
 	qp->tx_active = false;
@@ -218,14 +221,39 @@ static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
  * deregistration returned may still go out after it.
  */
 
-/* Room for the next bytes of the stream: a new page when the last is full. */
+/*
+ * A bvec entry for the stream from p on (0 bytes yet). Small header
+ * fragments come from the same cache, so p need not be page aligned:
+ * described from the head of its (compound) page, as TCP's own page_frag
+ * copies are, an entry may straddle a page.
+ */
+static void tx_stream_bvec(struct kw_qp *qp, u8 *p)
+{
+	struct page *head = virt_to_head_page(p);
+
+	bvec_set_page(&qp->tx_bvec[qp->tx_nbv++], head, 0,
+		      p - (u8 *)page_address(head));
+	qp->tx_chunk_bv = true;
+}
+
+/*
+ * Room for the next bytes of the stream. The page being filled (tx_chunk,
+ * with our reference) carries over from batch to batch and message to
+ * message, as TCP's own page_frag does: TCP charges a socket for the bytes
+ * it takes, not for the pages behind them, so a page per batch would let a
+ * peer asking for many tiny Reads pin 4 KiB for every 20-byte response.
+ * A full page goes with the batch (tx_frags, freed once TCP has it).
+ */
 static int tx_stream_room(struct kw_qp *qp, u8 **dst, u32 *room)
 {
-	struct bio_vec *bv;
-	struct page *head;
 	u8 *p;
 
 	if (qp->tx_chunk && qp->tx_chunk_len < PAGE_SIZE) {
+		if (!qp->tx_chunk_bv) {		/* first bytes of this batch */
+			if (WARN_ON_ONCE(qp->tx_nbv >= qp->tx_bvec_max))
+				return -EIO;
+			tx_stream_bvec(qp, qp->tx_chunk + qp->tx_chunk_len);
+		}
 		*dst = qp->tx_chunk + qp->tx_chunk_len;
 		*room = PAGE_SIZE - qp->tx_chunk_len;
 		return 0;
@@ -236,17 +264,11 @@ static int tx_stream_room(struct kw_qp *qp, u8 **dst, u32 *room)
 	p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE, GFP_KERNEL_ACCOUNT);
 	if (!p)
 		return -ENOMEM;
-	qp->tx_frags[qp->tx_nfrags++] = p;
-	/*
-	 * Small header fragments come from the same cache, so p need not
-	 * be page aligned: described from the head of its (compound) page,
-	 * as TCP's own page_frag copies are, it may straddle a page.
-	 */
-	head = virt_to_head_page(p);
-	bv = &qp->tx_bvec[qp->tx_nbv++];
-	bvec_set_page(bv, head, 0, p - (u8 *)page_address(head));
+	if (qp->tx_chunk)	/* full: ours until this batch is in TCP */
+		qp->tx_frags[qp->tx_nfrags++] = qp->tx_chunk;
 	qp->tx_chunk = p;
 	qp->tx_chunk_len = 0;
+	tx_stream_bvec(qp, p);
 	*dst = p;
 	*room = PAGE_SIZE;
 	return 0;
@@ -360,8 +382,8 @@ static int tx_fill(struct kw_qp *qp)
 
 	lockdep_assert_held(&qp->tx_mutex);
 	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
-	/* a Read Response batch of KW_TX_BOUNCE bytes fits tx_frags */
-	BUILD_BUG_ON(KW_TX_BOUNCE / PAGE_SIZE + 1 >
+	/* the pages of a Read Response batch (KW_TX_BOUNCE) fit tx_frags */
+	BUILD_BUG_ON(KW_TX_BOUNCE / PAGE_SIZE + 2 >
 		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
 	if (tx_bounced(qp)) {
@@ -371,9 +393,8 @@ static int tx_fill(struct kw_qp *qp)
 			if (ret)
 				return ret;
 		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
-			 KW_TX_BOUNCE - qp->tx_batch_len >=
-			 KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
-			 sizeof(f->trailer));
+			 qp->tx_batch_len + KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
+			 sizeof(f->trailer) <= KW_TX_BOUNCE);
 		qp->tx_msg_cut = f->last;
 		return 0;
 	}
