@@ -330,7 +330,7 @@ struct kw_tx_msg {
  * a time (kmod/tx.c): up to that much copied before a deregistration
  * returned may still go out after it.
  */
-#define KW_TX_BOUNCE	32768
+#define KW_TX_RESP_BATCH	32768
 
 /* One FPDU: hdr bytes, then payload [payload_off, +payload_len) of the
  * message (caller's memory), then trailer bytes (pad, CRC). */

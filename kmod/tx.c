@@ -20,7 +20,7 @@
  *
  * Either way, Read Response payload is copied (tx_resp_fpdu()): its FPDUs
  * are built whole, as one byte stream, in pages of the same page_frag
- * cache, at most KW_TX_BOUNCE bytes at a time, and TCP takes those pages
+ * cache, at most KW_TX_RESP_BATCH bytes at a time, and TCP takes those pages
  * by reference like any other: one copy, and a few page-sized fragments
  * per batch instead of two or three per FPDU.
  *
@@ -119,25 +119,32 @@ static u32 tx_crc_payload(struct kw_qp *qp, u32 crc, u32 off, u32 len)
 	return crc;
 }
 
-static bool tx_bounced(const struct kw_qp *qp)
-{
-	return qp->tx_kind == KW_TXK_READ_RESP;
-}
-
-/* Cut the next FPDU of tx_msg into tx_fpdu and seal its CRC. */
-static int tx_next_fpdu(struct kw_qp *qp)
+/* Cut the next FPDU of tx_msg into tx_fpdu; *crc covers its header. */
+static int tx_cut_fpdu(struct kw_qp *qp, u32 *crc)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u32 crc = 0;
 	int ret;
 
 	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
 	if (ret)
 		return ret;
-	if (qp->tx_msg.crc) {
-		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len);
+	*crc = qp->tx_msg.crc ?
+	       kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len) : 0;
+	return 0;
+}
+
+/* Cut the next FPDU and seal its CRC over the payload in the MR. */
+static int tx_next_fpdu(struct kw_qp *qp)
+{
+	struct kw_tx_fpdu *f = &qp->tx_fpdu;
+	u32 crc;
+	int ret;
+
+	ret = tx_cut_fpdu(qp, &crc);
+	if (ret)
+		return ret;
+	if (qp->tx_msg.crc)
 		crc = tx_crc_payload(qp, crc, f->payload_off, f->payload_len);
-	}
 	kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
 	return 0;
 }
@@ -217,7 +224,7 @@ static int tx_batch_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f)
  * they go on the wire (tx_stream_*), and TCP takes those pages by
  * reference: the one copy is the only one, and a batch of whole FPDUs is
  * a few page fragments, whatever the FPDU size. A batch holds at most
- * KW_TX_BOUNCE bytes (iwarp.h): at most that much copied before a
+ * KW_TX_RESP_BATCH bytes (iwarp.h): at most that much copied before a
  * deregistration returned may still go out after it.
  */
 
@@ -348,14 +355,12 @@ static int tx_stream_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
 static int tx_resp_fpdu(struct kw_qp *qp)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u32 crc = 0;
+	u32 crc;
 	int ret;
 
-	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
+	ret = tx_cut_fpdu(qp, &crc);
 	if (ret)
 		return ret;
-	if (qp->tx_msg.crc)
-		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len);
 	ret = tx_stream_put(qp, f->hdr, f->hdr_len);
 	if (!ret)
 		ret = tx_stream_payload(qp, f, &crc);
@@ -371,7 +376,7 @@ static int tx_resp_fpdu(struct kw_qp *qp)
  * bytes and has room for one more FPDU's pieces. A small MULPDU (1442
  * bytes on a 1500-byte MTU) makes many FPDUs per message; one socket call
  * each was most of the transmit cost. A Read Response's FPDUs are copied
- * whole into page fragments, as many as fit in KW_TX_BOUNCE bytes
+ * whole into page fragments, as many as fit in KW_TX_RESP_BATCH bytes
  * (tx_pick() cut them to fit one).
  */
 static int tx_fill(struct kw_qp *qp)
@@ -382,19 +387,19 @@ static int tx_fill(struct kw_qp *qp)
 
 	lockdep_assert_held(&qp->tx_mutex);
 	BUILD_BUG_ON(sizeof(qp->tx_trl) < sizeof(f->trailer));
-	/* the pages of a Read Response batch (KW_TX_BOUNCE) fit tx_frags */
-	BUILD_BUG_ON(KW_TX_BOUNCE / PAGE_SIZE + 2 >
+	/* the pages of a Read Response batch (KW_TX_RESP_BATCH) fit tx_frags */
+	BUILD_BUG_ON(KW_TX_RESP_BATCH / PAGE_SIZE + 2 >
 		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
-	if (tx_bounced(qp)) {
-		/* tx_pick() cut its FPDUs so that one fits KW_TX_BOUNCE */
+	if (qp->tx_kind == KW_TXK_READ_RESP) {
+		/* tx_pick() cut its FPDUs so that one fits KW_TX_RESP_BATCH */
 		do {
 			ret = tx_resp_fpdu(qp);
 			if (ret)
 				return ret;
 		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
 			 qp->tx_batch_len + KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
-			 sizeof(f->trailer) <= KW_TX_BOUNCE);
+			 sizeof(f->trailer) <= KW_TX_RESP_BATCH);
 		qp->tx_msg_cut = f->last;
 		return 0;
 	}
@@ -694,7 +699,7 @@ static bool tx_pick(struct kw_qp *qp)
 		e->src = NULL;
 		msg_init(qp, KW_OP_READ_RESP, qp->tx_irq.req.size);
 		/* FPDUs that fit a batch (smaller than MULPDU is allowed) */
-		qp->tx_msg.mulpdu = min_t(u32, qp->mulpdu, KW_TX_BOUNCE -
+		qp->tx_msg.mulpdu = min_t(u32, qp->mulpdu, KW_TX_RESP_BATCH -
 					  KW_TX_HDR_MAX -
 					  sizeof_field(struct kw_tx_fpdu, trailer));
 		qp->tx_msg.stag = qp->tx_irq.req.sink_stag;

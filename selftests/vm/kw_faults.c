@@ -1270,22 +1270,6 @@ static long long cg_kernel(void)
 	return sum;
 }
 
-static long long meminfo(const char *key)
-{
-	char line[128];
-	long long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-	size_t n = strlen(key);
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, n) && line[n] == ':')
-			v = atoll(line + n + 1) * 1024;
-	fclose(f);
-	return v;
-}
-
 /* Move ourselves into a fresh memory cgroup, if the kernel has memcg. */
 static void cg_enter(void)
 {

@@ -125,6 +125,28 @@ static int raw_connect(struct kend *k)
 	return k->ret;
 }
 
+/* The raw peer's messages: CRC as negotiated, 1448-byte FPDUs by default. */
+static void raw_msg_init(struct kend *k, struct kw_tx_msg *m)
+{
+	m->crc = k->crc;
+	if (!m->mulpdu)
+		m->mulpdu = 1448;
+}
+
+/* Cut the next FPDU of m (payload: the message's bytes), CRC sealed. */
+static int raw_fpdu(struct kw_tx_msg *m, uint32_t *off, const uint8_t *payload,
+		    struct kw_tx_fpdu *f)
+{
+	uint32_t crc;
+
+	if (kw_tx_fpdu_next(m, off, f))
+		return -1;
+	crc = kw_mpa_crc_update(kw_mpa_crc_init(), f->hdr, f->hdr_len);
+	crc = kw_mpa_crc_update(crc, payload + f->payload_off, f->payload_len);
+	kw_tx_fpdu_seal(m, f, crc);
+	return 0;
+}
+
 /* Send one message as FPDUs; corrupt: 0 none, 1 flip a CRC bit. */
 static int raw_send(struct kend *k, struct kw_tx_msg *m, const uint8_t *payload,
 		    int corrupt)
@@ -132,18 +154,10 @@ static int raw_send(struct kend *k, struct kw_tx_msg *m, const uint8_t *payload,
 	struct kw_tx_fpdu f;
 	uint32_t off = 0;
 
-	m->crc = k->crc;
-	if (!m->mulpdu)
-		m->mulpdu = 1448;
+	raw_msg_init(k, m);
 	do {
-		uint32_t crc;
-
-		if (kw_tx_fpdu_next(m, &off, &f))
+		if (raw_fpdu(m, &off, payload, &f))
 			return -1;
-		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
-		crc = kw_mpa_crc_update(crc, payload + f.payload_off,
-					f.payload_len);
-		kw_tx_fpdu_seal(m, &f, crc);
 		if (corrupt && f.trailer_len)
 			f.trailer[f.trailer_len - 1] ^= 0x01;
 		if (writen(k->raw, f.hdr, f.hdr_len) ||
@@ -409,17 +423,10 @@ static uint8_t *raw_build(struct kend *k, struct kw_tx_msg *m,
 	struct kw_tx_fpdu f;
 	uint32_t off = 0;
 
-	m->crc = k->crc;
-	m->mulpdu = 1448;
+	raw_msg_init(k, m);
 	do {
-		uint32_t crc;
-
-		if (kw_tx_fpdu_next(m, &off, &f))
+		if (raw_fpdu(m, &off, payload, &f))
 			return NULL;
-		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
-		crc = kw_mpa_crc_update(crc, payload + f.payload_off,
-					f.payload_len);
-		kw_tx_fpdu_seal(m, &f, crc);
 		memcpy(out, f.hdr, f.hdr_len);
 		out += f.hdr_len;
 		memcpy(out, payload + f.payload_off, f.payload_len);
@@ -559,21 +566,6 @@ static int write_sysctl(const char *path, long v, long *old)
 	return ret;
 }
 
-static long meminfo_kb(const char *key)
-{
-	char line[256];
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, strlen(key)) &&
-		    sscanf(line + strlen(key), " %ld", &v) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return v;
-}
-
 /*
  * Read Responses are copied into pages TCP takes by reference, and TCP
  * charges a socket for the bytes, not the pages. A peer that asks for
@@ -595,7 +587,8 @@ TEST(tiny_read_responses_pack_densely)
 	uint64_t want, have = 0, got = 0, sent = 0;
 	uint32_t off = 0, msn = 1;
 	int i, j, q = 0, inq = 0, sndbuf = 4 << 20;
-	long free0, free1, wmax;
+	long long free0, free1;
+	long wmax;
 	struct kiwarp_query_qp qa;
 	double end;
 
@@ -609,7 +602,7 @@ TEST(tiny_read_responses_pack_densely)
 			     sizeof(sndbuf)), 0);
 	ASSERT_EQ(kw_tx_fpdu_next(&resp, &off, &f), 0);
 	want = f.hdr_len + f.payload_len + f.trailer_len;	/* per response */
-	free0 = meminfo_kb("MemFree:");
+	free0 = meminfo("MemFree");
 	for (i = 0; i < ROUNDS; i++) {
 		uint8_t *e = wire;
 
@@ -647,17 +640,17 @@ TEST(tiny_read_responses_pack_densely)
 		if (have < want * sent)
 			break;
 	}
-	free1 = meminfo_kb("MemFree:");
+	free1 = meminfo("MemFree");
 	memset(&qa, 0, sizeof(qa));
 	ASSERT_EQ(kw_query_qp(k.qp, &qa), 0);
-	printf("# %llu requests, %llu responses of %llu B built: %d B at the peer, %d B not sent by kiwarp's TCP; MemFree %ld -> %ld kB; QP %s, Terminate sent %d (%u/%u/%u)\n",
+	printf("# %llu requests, %llu responses of %llu B built: %d B at the peer, %d B not sent by kiwarp's TCP; MemFree %lld -> %lld kB; QP %s, Terminate sent %d (%u/%u/%u)\n",
 	       (unsigned long long)sent, (unsigned long long)(have / want),
-	       (unsigned long long)want, inq, q, free0, free1,
+	       (unsigned long long)want, inq, q, free0 >> 10, free1 >> 10,
 	       kw_qp_state_str(qa.state), qa.term_sent.valid,
 	       qa.term_sent.layer, qa.term_sent.etype, qa.term_sent.ecode);
 	EXPECT_EQ(qa.state, KIWARP_QPS_RTS);
 	EXPECT_EQ(have, want * sent);		/* every one answered */
-	EXPECT_LT((free0 - free1) * 1024 / (long)sent, 1024);
+	EXPECT_LT((free0 - free1) / (long long)sent, 1024);
 	/* the peer reads: the rest is answered, nothing lost, no Terminate */
 	want *= sent;
 	end = now() + 60;
@@ -938,9 +931,9 @@ static void rv_attack(int *kwt_fail)
 	/*
 	 * Everything kiwarp built before the dereg returned is now in our
 	 * receive queue, in its socket's send queue (SIOCOUTQ works on the fd
-	 * it owns), or is in the bounce buffer of Read Response FPDUs it
-	 * built last and TCP has not taken yet (no room; KW_TX_BOUNCE
-	 * bytes): the peer may get at most that much.
+	 * it owns), or is in the batch of Read Response FPDUs it built
+	 * last and TCP has not taken yet (no room; KW_TX_RESP_BATCH bytes):
+	 * the peer may get at most that much.
 	 */
 	ASSERT_EQ(ioctl(k.raw, FIONREAD, &queued), 0);
 	ASSERT_EQ(ioctl(k.sock, SIOCOUTQ, &q), 0);
@@ -949,7 +942,7 @@ static void rv_attack(int *kwt_fail)
 	printf("# %d bytes queued at the peer, %d in kiwarp's send queue, FPDU payload %u; DEREG_MR %d after %.3f s\n",
 	       queued, q, qa.mulpdu, ret, dt);
 	ASSERT_EQ(ret, 0);
-	built = (uint64_t)queued + q + KW_TX_BOUNCE;
+	built = (uint64_t)queued + q + KW_TX_RESP_BATCH;
 	EXPECT_LT(dt, 5.0);
 	/* the application reuses the buffer */
 	for (j = 0; j < RV_MR; j++)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /*
  * Helpers the in-VM test programs share (kw_rdma, kw_hostile, kw_security,
- * kw_peerfuzz, kw_faults): time, progress lines, loopback TCP pairs and
- * whole-buffer socket I/O. All static inline: each program uses a subset.
+ * kw_peerfuzz, kw_faults): time, /proc/meminfo, progress lines, loopback
+ * TCP pairs and whole-buffer socket I/O. All static inline: each program uses a subset.
  */
 #ifndef KW_VMTEST_H
 #define KW_VMTEST_H
@@ -15,6 +15,8 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +28,23 @@ static inline double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A /proc/meminfo field ("MemFree", no colon) in bytes; -1 if absent. */
+static inline long long meminfo(const char *key)
+{
+	char line[128];
+	long long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+	size_t n = strlen(key);
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, n) && line[n] == ':')
+			v = atoll(line + n + 1) * 1024;
+	fclose(f);
+	return v;
 }
 
 /* A TAP comment line, flushed at once: a hang shows where it hangs. */
