@@ -124,6 +124,15 @@ def scale_get(path, test, transport, key, qps=None):
     return med([x for x in v if x is not None])
 
 
+def scale_cell(path, transport, n):
+    """median [min-max] of the bandwidth samples of N connections"""
+    v = [s["bw_MBps"] for s in sc.get(path, []) if s.get("test") == "bw" and
+         s.get("transport") == transport and s.get("qps") == n and s.get("bw_MBps") is not None]
+    if len(v) < 2:
+        return f(med(v))
+    return "%s [%s–%s]" % (f(med(v)), f(min(v)), f(max(v)))
+
+
 # ---------------------------------------------------------------- targets
 def get(path, op, mode, size):
     return next((e for e in table if (e["path"], e["op"], e["mode"], e["size"]) ==
@@ -264,7 +273,7 @@ if sc:
     md.append("## Scale")
     md.append("")
     md.append("Aggregate RDMA Write bandwidth (64 KiB messages) of N QPs vs N TCP streams, "
-              "MB/s; setup: connections per second, sequential, handshake complete on both "
+              "MB/s, median [min–max] of the interleaved repeats; setup (medians): connections per second, sequential, handshake complete on both "
               "sides; memory: kernel memory per idle connected QP (both ends) vs per TCP "
               "connection.")
     md.append("")
@@ -276,7 +285,8 @@ if sc:
             k, t = scale_get(path, "bw", "kiwarp", "bw_MBps", n), scale_get(path, "bw", "tcp", "bw_MBps", n)
             if k is None and t is None:
                 continue
-            md.append("| %s | %d | %s | %s | %s | %s |" % (path, n, f(k), f(t), fr(ratio(k, t, False)),
+            md.append("| %s | %d | %s | %s | %s | %s |" % (path, n, scale_cell(path, "kiwarp", n),
+                                                       scale_cell(path, "tcp", n), fr(ratio(k, t, False)),
                                                        f(k / one if k and one else None, 2)))
     md.append("")
     md.append("| path | kiwarp (kernel connect) | kiwarp (socket conversion) | siw (rdma_cm) | TCP |")
