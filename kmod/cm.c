@@ -450,6 +450,8 @@ static void cfg_from_param(const struct kiwarp_conn_param *p,
 	cfg->rtr = cfg->p2p ? rtr_mask(p->rtr) : 0;
 	cfg->ird = p->ird ? p->ird : KW_DEFAULT_IRD_ORD;
 	cfg->ord = p->ord ? p->ord : KW_DEFAULT_IRD_ORD;
+	/* the IRQ has KW_MAX_IRD slots whatever the IRD (qp.c) */
+	cfg->ird_max = KW_MAX_IRD;
 }
 
 static void result_to_param(const struct kw_mpa_result *r,
@@ -661,6 +663,50 @@ static void put_sock(struct socket *sock, struct file *file, kuid_t uid)
 }
 
 /* Connection setup failed: close, and the QP is of no further use. */
+/*
+ * RFC 6581 section 8: a negotiation that fails once the Reply is in is
+ * reported with an LLP Terminate (layer 2, type 0: MPA, code res->term)
+ * before the connection closes. The stream is in FPDU mode by then, framed
+ * with the CRC state just negotiated (res->crc). Best effort: the
+ * connection ends either way.
+ */
+static void cm_send_llp_term(struct kw_qp *qp, const struct kw_mpa_result *res)
+{
+	struct kw_term t = {
+		.layer = KW_TERM_LAYER_LLP, .etype = KW_TERM_LLP_ETYPE_MPA,
+		.ecode = res->term,
+	};
+	u8 body[KW_TERM_MAX_LEN], wire[KW_TX_HDR_MAX + 8];
+	struct kw_tx_msg m = {
+		.opcode = KW_OP_TERMINATE, .crc = res->crc,
+		.mulpdu = KW_MPA_MULPDU_MIN, .qn = KW_QN_TERMINATE, .msn = 1,
+		.inline_data = body,
+	};
+	struct kw_tx_fpdu f;
+	u32 off = 0, crc = 0;
+	int len;
+
+	lockdep_assert_held(&qp->cm_lock);
+	len = kw_term_encode(&t, NULL, 0, body);
+	if (len < 0)
+		return;
+	m.inline_len = len;
+	if (kw_tx_fpdu_next(&m, &off, &f) ||
+	    f.hdr_len + f.trailer_len > sizeof(wire))
+		return;
+	if (m.crc)
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+	kw_tx_fpdu_seal(&m, &f, crc);
+	memcpy(wire, f.hdr, f.hdr_len);
+	memcpy(wire + f.hdr_len, f.trailer, f.trailer_len);
+	spin_lock_bh(&qp->lock);
+	qp->term_sent = (struct kiwarp_term_info){
+		.valid = 1, .layer = t.layer, .etype = t.etype, .ecode = t.ecode,
+	};
+	spin_unlock_bh(&qp->lock);
+	cm_send(qp, wire, f.hdr_len + f.trailer_len);
+}
+
 static void cm_fail(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->cm_lock);
@@ -891,6 +937,13 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->irq_size = clamp_t(u32, res->ird, 1, KW_MAX_IRD);
 	qp->rtr_send = initiator && res->p2p && res->rtr;
 	qp->rtr_wait = !initiator && res->p2p && res->rtr;
+	/*
+	 * RFC 5044 section 7.1.2 rule 4: a responder "MUST receive and
+	 * validate at least one FPDU before sending any", P2P or not (cxgb4
+	 * fails a connection whose first FPDU comes with the Reply). Work the
+	 * ULP posts meanwhile waits.
+	 */
+	qp->fenced = !initiator;
 	kw_rx_setup(qp);
 	qp->state = KIWARP_QPS_RTS;
 	spin_unlock_bh(&qp->lock);
@@ -1001,8 +1054,11 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 		goto out_fail;
 	got_rep = true;
 	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
-	if (ret)
+	if (ret) {
+		if (res.term)
+			cm_send_llp_term(qp, &res);
 		goto out_fail;
+	}
 	result_to_param(&res, &arg->result);
 	ret = go_rts(qp, &res, true);
 	if (ret)

@@ -53,6 +53,10 @@
 #define KW_RTR_SEND		0x1
 #define KW_RTR_WRITE		0x2
 #define KW_RTR_READ		0x4
+#define KW_RTR_ALL		(KW_RTR_SEND | KW_RTR_WRITE | KW_RTR_READ)
+
+/* RFC 5044 section 4.5: a sender never shrinks MULPDU below 128 octets */
+#define KW_MPA_MULPDU_MIN	128
 
 /* A decoded (or to-be-encoded) MPA Request or Reply, host order. */
 struct kw_mpa_frame {
@@ -74,8 +78,10 @@ struct kw_mpa_cfg {
 	bool crc;		/* ask for / require CRC */
 	bool p2p;		/* rev 2: peer-to-peer with RTR */
 	u8 rtr;			/* initiator: RTR types offered (KW_RTR_*);
-				 * responder: types acceptable */
+				 * responder: types acceptable (0: any) */
 	u16 ird, ord;
+	u16 ird_max;		/* initiator: the IRD it can raise to when the
+				 * responder's ORD asks (RFC 6581 9.1) */
 };
 
 /* Negotiated result for one connection. */
@@ -85,6 +91,10 @@ struct kw_mpa_result {
 	bool p2p;
 	u8 rtr;			/* the single RTR type in use, or 0 */
 	u16 ird, ord;		/* this side's IRD/ORD after negotiation */
+	u16 peer_ird, peer_ord;	/* enhanced: the values the peer sent */
+	u8 term;		/* initiator, on -EPROTO: the LLP error code
+				 * (KW_TERM_LLP_*) of the Terminate to send
+				 * before closing; 0: none */
 };
 
 /*
@@ -114,9 +124,10 @@ int kw_mpa_decode_pd(struct kw_mpa_frame *f, const u8 *pd);
 /*
  * Responder: given the decoded Request and local config, build the Reply
  * (into *reply, ulp_pd is set by the caller) and the result. Returns 0, or
- * -ECONNREFUSED when the Request cannot be served (markers required, or the
- * initiator requires RTR types the responder does not accept) — the caller
- * then sends the Reply with reject set, which this function has filled in.
+ * -ECONNREFUSED when the Request cannot be served (markers required) — the
+ * caller then sends the Reply with reject set, which this function has
+ * filled in. An enhanced Request always gets an enhanced Reply, and a P2P
+ * one a P2P Reply with at least one RTR type (RFC 6581 sections 9.2, 10).
  */
 int kw_mpa_negotiate_responder(const struct kw_mpa_frame *req,
 			       const struct kw_mpa_cfg *local,
@@ -130,7 +141,10 @@ void kw_mpa_make_request(const struct kw_mpa_cfg *local,
 /*
  * Initiator: check the Reply against what was requested and compute the
  * result. -ECONNREFUSED if the Reply has the reject flag, -EPROTO if it is
- * inconsistent (higher revision, RTR not offered, P2P mismatch, markers).
+ * unusable (higher revision, markers, P2P not asked for or not answered, no
+ * RTR type in common, an ORD above the IRD we can have); then res->term
+ * names the LLP Terminate to send before closing (RFC 6581 section 8) and
+ * res->crc how to frame it. res->peer_ird/peer_ord are set in every case.
  */
 int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 			       const struct kw_mpa_frame *reply,
@@ -138,7 +152,8 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 
 /*
  * Largest ULPDU (DDP header + payload) per FPDU for an effective MSS,
- * RFC 5044 section 6.2 (markers not supported yet: markers must be false).
+ * RFC 5044 section 4.5, never below KW_MPA_MULPDU_MIN (markers not
+ * supported yet: with markers it returns 0).
  */
 u32 kw_mpa_mulpdu(u32 emss, bool markers);
 

@@ -72,6 +72,7 @@ static inline void put_unaligned_le32(u32 v, void *p)
 #define max(a, b) ((a) > (b) ? (a) : (b))
 #endif
 #define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
+#define max_t(t, a, b) ((t)(a) > (t)(b) ? (t)(a) : (t)(b))
 
 /* Raw CRC32c update (no pre/post inversion); selftests/unit/crc32c_sw.c */
 u32 kw_crc32c(u32 crc, const void *p, size_t len);

@@ -8,7 +8,7 @@
 #include "iwarp.h"
 
 /*
- * RFC 6581 section 5 (Enhanced MPA Request/Reply private data):
+ * RFC 6581 section 9 (Enhanced RDMA connection establishment data):
  *
  *   word 0 (16 bits): |P|Z|         IRD (14 bits)       |
  *   word 1 (16 bits): |W|R|         ORD (14 bits)       |
@@ -44,10 +44,10 @@ int kw_mpa_encode(const struct kw_mpa_frame *f, const u8 *ulp_pd,
 	u8 flags = 0;
 	u8 *p;
 
-	/* RFC 5044 section 7.1: revision 1; RFC 6581 section 5: revision 2 */
+	/* RFC 5044 section 7.1.1: revision 1; RFC 6581 section 6: revision 2 */
 	if (f->rev != 1 && f->rev != 2)
 		return -EINVAL;
-	/* RFC 6581 section 5: the Enhanced prefix exists only in rev 2 */
+	/* RFC 6581 section 6: the Enhanced prefix exists only in rev 2 */
 	if (f->enhanced && f->rev != 2)
 		return -EINVAL;
 	/* P2P and RTR types live in the Enhanced prefix */
@@ -103,13 +103,11 @@ int kw_mpa_decode_hdr(const u8 hdr[KW_MPA_HDR_LEN], bool expect_reply,
 		   KW_MPA_KEY_LEN))
 		return -EPROTO;
 	/*
-	 * RFC 5044 section 7.1 / RFC 6581 section 5: the remaining flag bits
-	 * are reserved; a peer that sets them speaks a protocol we do not
-	 * know, so fail the setup (API contract) rather than guess.
+	 * RFC 5044 section 7.1.1: the Res bits are "not checked on
+	 * reception" (RFC 6581 section 10 expects future extensions there;
+	 * siw built with try_gso sets one).
 	 */
-	if (flags & KW_MPA_FLAG_RESERVED)
-		return -EPROTO;
-	/* RFC 5044 section 7.1: rev 1; RFC 6581 section 5: rev 2. Rev 0 is
+	/* RFC 5044 section 7.1.1: rev 1; RFC 6581 section 6: rev 2. Rev 0 is
 	 * the pre-standard draft format (different FPDU rules). */
 	f->rev = hdr[17];
 	if (f->rev != 1 && f->rev != 2)
@@ -117,16 +115,14 @@ int kw_mpa_decode_hdr(const u8 hdr[KW_MPA_HDR_LEN], bool expect_reply,
 	f->reply = expect_reply;
 	f->markers = flags & KW_MPA_FLAG_MARKERS;
 	f->crc = flags & KW_MPA_FLAG_CRC;
-	f->reject = flags & KW_MPA_FLAG_REJECT;
-	f->enhanced = flags & KW_MPA_FLAG_ENHANCED;
-	/* RFC 6581 section 5: Enhanced flag is only defined for rev 2 */
-	if (f->enhanced && f->rev != 2)
-		return -EPROTO;
-	/* RFC 5044 section 7.1: Reject is meaningful only in a Reply */
-	if (f->reject && !expect_reply)
-		return -EPROTO;
+	/* RFC 5044 section 7.1.1: R "is set to zero, and not checked on
+	 * reception in the MPA Request Frame" */
+	f->reject = expect_reply && (flags & KW_MPA_FLAG_REJECT);
+	/* RFC 6581 section 6: S is defined in rev 2 only; a Res bit in
+	 * rev 1, so not checked there either */
+	f->enhanced = f->rev == 2 && (flags & KW_MPA_FLAG_ENHANCED);
 	f->pd_len = get_unaligned_be16(hdr + 18);
-	/* RFC 5044 section 7.1: private data length at most 512 */
+	/* RFC 5044 section 7.1.1: private data length at most 512 */
 	if (f->pd_len > KW_MPA_MAX_PD)
 		return -EMSGSIZE;
 	return 0;
@@ -141,7 +137,7 @@ int kw_mpa_decode_pd(struct kw_mpa_frame *f, const u8 *pd)
 		f->ulp_pd_len = f->pd_len;
 		return 0;
 	}
-	/* RFC 6581 section 5: Enhanced frames start with 4 bytes IRD/ORD */
+	/* RFC 6581 section 9: Enhanced frames start with 4 bytes IRD/ORD */
 	if (f->pd_len < KW_MPA_V2_PD_LEN)
 		return -EPROTO;
 	ird = get_unaligned_be16(pd);
@@ -151,8 +147,8 @@ int kw_mpa_decode_pd(struct kw_mpa_frame *f, const u8 *pd)
 	f->p2p = ird & KW_MPA_V2_P2P;
 	f->rtr = 0;
 	/*
-	 * RFC 6581 section 5: the RTR type bits only have a meaning when the
-	 * peer-to-peer bit is set; ignore them otherwise.
+	 * RFC 6581 section 9.2: "if Control Flag A is set to 0, then Control
+	 * Flags B, C, and D MUST be ignored".
 	 */
 	if (f->p2p) {
 		if (ird & KW_MPA_V2_RTR_SEND)
@@ -173,17 +169,18 @@ void kw_mpa_make_request(const struct kw_mpa_cfg *local,
 	memset(req, 0, sizeof(*req));
 	req->reply = false;
 	req->rev = local->rev >= 2 ? 2 : 1;
-	/* RFC 5044 section 7.1: C = this side wants CRC. Markers are not
+	/* RFC 5044 section 7.1.1: C = this side wants CRC. Markers are not
 	 * implemented, so M is never requested. */
 	req->crc = local->crc;
 	req->markers = false;
-	/* RFC 6581 section 5: a rev 2 initiator always sends the IRD/ORD
+	/* RFC 6581 section 9.1: a rev 2 initiator always sends the IRD/ORD
 	 * prefix so the responder can size its Read resources. */
 	req->enhanced = req->rev == 2;
 	if (req->enhanced) {
 		req->ird = min_t(u16, local->ird, KW_MPA_V2_MASK);
 		req->ord = min_t(u16, local->ord, KW_MPA_V2_MASK);
-		/* RFC 6581 section 5: P2P with the RTR types we can send */
+		/* RFC 6581 section 9.2: A, and B/C/D for each RTR type
+		 * we can send */
 		req->p2p = local->p2p;
 		if (req->p2p)
 			req->rtr = local->rtr & (KW_RTR_SEND | KW_RTR_WRITE |
@@ -191,16 +188,20 @@ void kw_mpa_make_request(const struct kw_mpa_cfg *local,
 	}
 }
 
-/* RFC 6581 section 5: the responder picks exactly one of the offered RTR
- * types. Preference Write, Read, Send (a zero-length Write needs no receive
- * buffer and no IRD slot; siw makes the same choice, see the capture). */
-static u8 pick_rtr(u8 common)
+/*
+ * One RTR type of a set: the responder's choice for its Reply, and the
+ * initiator's among those the Reply allows (RFC 6581 section 9.2: "at the
+ * initiator's sole discretion"). Preference Write, Read, Send: a
+ * zero-length Write needs no receive buffer and no IRD slot; siw makes the
+ * same choice (see the capture).
+ */
+static u8 pick_rtr(u8 allowed)
 {
-	if (common & KW_RTR_WRITE)
+	if (allowed & KW_RTR_WRITE)
 		return KW_RTR_WRITE;
-	if (common & KW_RTR_READ)
+	if (allowed & KW_RTR_READ)
 		return KW_RTR_READ;
-	if (common & KW_RTR_SEND)
+	if (allowed & KW_RTR_SEND)
 		return KW_RTR_SEND;
 	return 0;
 }
@@ -216,69 +217,94 @@ int kw_mpa_negotiate_responder(const struct kw_mpa_frame *req,
 	memset(res, 0, sizeof(*res));
 	reply->reply = true;
 	/*
-	 * RFC 5044 section 7.1 / RFC 6581 section 5: the responder answers
-	 * with the lower of the two revisions (a rev 2 responder replies rev
-	 * 1 to a rev 1 Request).
+	 * RFC 5044 section 7.1.1: the responder answers with the lower of
+	 * the two revisions, except that RFC 6581 section 10 wants an
+	 * enhanced Request answered with an enhanced Reply (or the
+	 * connection closed): kiwarp speaks rev 2 whatever local->rev says,
+	 * and a rev 1 Reply to it is what makes siw fail.
 	 */
-	reply->rev = min(req->rev, lrev);
-	reply->enhanced = reply->rev == 2 && req->enhanced;
+	reply->enhanced = req->enhanced;
+	reply->rev = req->enhanced ? 2 : min(req->rev, lrev);
 	/*
-	 * RFC 5044 section 7.1: CRC is used if either side asks for it; the
+	 * RFC 5044 section 7.1.1: CRC is used if either side asks for it; the
 	 * responder sets C when the Request had C or it wants CRC itself.
 	 */
 	reply->crc = req->crc || local->crc;
 	if (reply->enhanced) {
+		res->peer_ird = req->ird;
+		res->peer_ord = req->ord;
 		/*
-		 * RFC 6581 section 5: the Reply's IRD/ORD describe the
-		 * responder. Like hardware RNICs we never promise more
-		 * outbound Reads than the initiator can take (ORD <= its
-		 * IRD) and advertise our full IRD.
+		 * RFC 6581 section 9.1: the responder's ORD is at most the
+		 * initiator's IRD and its IRD what it can actually serve;
+		 * the initiator then lowers its ORD to that. 0x3FFF from the
+		 * initiator means "no automatic negotiation": the local value
+		 * stays and the Reply carries 0x3FFF back.
 		 */
-		reply->ord = min_t(u16, local->ord, req->ird);
-		reply->ird = min_t(u16, local->ird, KW_MPA_V2_MASK);
+		if (req->ird == KW_MPA_V2_MASK) {
+			reply->ord = KW_MPA_V2_MASK;
+			res->ord = local->ord;
+		} else {
+			reply->ord = min_t(u16, local->ord, req->ird);
+			res->ord = reply->ord;
+		}
+		if (req->ord == KW_MPA_V2_MASK) {
+			reply->ird = KW_MPA_V2_MASK;
+			res->ird = local->ird;
+		} else {
+			reply->ird = min_t(u16, local->ird, KW_MPA_V2_MASK - 1);
+			res->ird = reply->ird;
+		}
+	} else {
+		/* rev 1: IRD/ORD are agreed out of band */
+		res->ird = local->ird;
+		res->ord = local->ord;
 	}
 
 	/*
-	 * RFC 5044 section 7.1: markers must be used when either side asks
-	 * for them. We do not implement markers, so a Request with M is
-	 * refused.
+	 * RFC 5044 section 7.1.1: M in the Request asks for markers in the
+	 * responder's FPDUs. kiwarp cannot generate them, so it refuses.
 	 */
 	if (req->markers)
 		goto reject;
 
 	if (reply->enhanced && req->p2p) {
 		/*
-		 * RFC 6581 section 5/7: in peer-to-peer mode the responder
-		 * selects one RTR type offered by the initiator that it also
-		 * accepts; with none in common the connection is refused
-		 * (the Terminate code would be "no matching RTR option").
+		 * RFC 6581 section 9.2: answer A with A and at least one RTR
+		 * type: one of those offered that we accept, else one we
+		 * accept (the initiator then terminates with 2/0/7 if it
+		 * cannot send it). One is enough ("not required to specify
+		 * all RTR indication options it supports") and tells us which
+		 * RTR to expect; siw answers the same way. kiwarp can take
+		 * any of the three zero-length RTR messages; a ULP that
+		 * asked for P2P with one RTR type restricts that.
 		 */
-		reply->rtr = pick_rtr(req->rtr & local->rtr);
-		if (!reply->rtr)
-			goto reject;
+		u8 ok = local->p2p && local->rtr ? local->rtr : KW_RTR_ALL;
+
 		reply->p2p = true;
+		reply->rtr = pick_rtr(req->rtr & ok);
+		if (!reply->rtr)
+			reply->rtr = pick_rtr(ok);
 	}
 
 	res->rev = reply->rev;
 	res->crc = reply->crc;
 	res->p2p = reply->p2p;
 	res->rtr = reply->rtr;
-	if (reply->enhanced) {
-		res->ird = reply->ird;
-		res->ord = reply->ord;
-	} else {
-		/* rev 1: IRD/ORD are agreed out of band */
-		res->ird = local->ird;
-		res->ord = local->ord;
-	}
 	return 0;
 
 reject:
-	/* RFC 5044 section 7.1: a Reply with the Reject flag */
+	/* RFC 5044 section 7.1.1: a Reply with the Reject flag */
 	reply->reject = true;
 	reply->p2p = false;
 	reply->rtr = 0;
 	return -ECONNREFUSED;
+}
+
+/* Fail the initiator's negotiation with an LLP Terminate code to send. */
+static int fail_term(struct kw_mpa_result *res, u8 ecode)
+{
+	res->term = ecode;
+	return -EPROTO;
 }
 
 int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
@@ -286,61 +312,75 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 			       struct kw_mpa_result *res)
 {
 	u8 lrev = local->rev >= 2 ? 2 : 1;
+	u16 ird_max = max(local->ird, local->ird_max);
 
 	memset(res, 0, sizeof(*res));
 	if (!reply->reply)
 		return -EPROTO;
-	/* RFC 5044 section 7.1: Reject flag = the responder refused */
-	if (reply->reject)
-		return -ECONNREFUSED;
-	/* RFC 5044 section 7.1: the responder may not raise the revision */
-	if (reply->rev > lrev)
-		return -EPROTO;
-	/* RFC 6581 section 5: Enhanced needs rev 2 (decode checks it too) */
-	if (reply->enhanced && reply->rev != 2)
-		return -EPROTO;
-	/* We never request markers; a Reply demanding them is unusable. */
-	if (reply->markers)
-		return -EPROTO;
-	/*
-	 * RFC 5044 section 7.1: the responder must set C when the Request
-	 * had C. A Reply without C to our CRC Request is a protocol error.
-	 */
-	if (local->crc && !reply->crc)
-		return -EPROTO;
 	res->rev = reply->rev;
-	res->crc = reply->crc;
+	/*
+	 * RFC 5044 section 7.1.1: "When this bit is '1' in either the MPA
+	 * Request Frame or MPA Reply Frame, CRCs MUST be generated and
+	 * checked by both endpoints." Set before any failure: a Terminate
+	 * sent after it is framed with this CRC state.
+	 */
+	res->crc = local->crc || reply->crc;
 	res->ird = local->ird;
 	res->ord = local->ord;
+	/* RFC 6581 section 9.1: the ULP sees the responder's IRD and ORD,
+	 * on Accept and on Reject */
+	if (reply->enhanced) {
+		res->peer_ird = reply->ird;
+		res->peer_ord = reply->ord;
+	}
+	/* RFC 5044 section 7.1.1: Reject flag = the responder refused */
+	if (reply->reject)
+		return -ECONNREFUSED;
+	/* RFC 5044 section 7.1.1: the responder may not raise the revision */
+	if (reply->rev > lrev)
+		return fail_term(res, KW_TERM_LLP_INV_REQ_RESP);
+	/* We never request markers and cannot generate them: M in a Reply
+	 * asks for them in our FPDUs (RFC 5044 section 7.1.1). */
+	if (reply->markers)
+		return fail_term(res, KW_TERM_LLP_LOCAL_CATASTROPHIC);
 
 	if (reply->enhanced) {
 		/*
-		 * RFC 6581 section 5: never issue more outstanding Reads than
-		 * the responder's IRD.
+		 * RFC 6581 section 9.1: the initiator's ORD at most the
+		 * responder's IRD, its IRD at least the responder's ORD, or a
+		 * Terminate 2/0/6 if it cannot; 0x3FFF leaves the local value
+		 * as it is.
 		 */
-		res->ord = min_t(u16, local->ord, reply->ird);
-		res->ird = min_t(u16, local->ird, KW_MPA_V2_MASK);
+		if (reply->ird != KW_MPA_V2_MASK)
+			res->ord = min_t(u16, local->ord, reply->ird);
+		if (reply->ord != KW_MPA_V2_MASK && reply->ord > res->ird) {
+			if (reply->ord > ird_max)
+				return fail_term(res,
+						 KW_TERM_LLP_INSUFFICIENT_IRD);
+			res->ird = reply->ord;
+		}
 	}
 
 	if (reply->p2p) {
-		/* RFC 6581 section 5: P2P only if we asked for it */
+		/* RFC 6581 section 9.2: A is set only in answer to A */
 		if (!local->p2p || lrev < 2)
-			return -EPROTO;
-		/* exactly one RTR type, and one that we offered */
-		if (reply->rtr != KW_RTR_SEND && reply->rtr != KW_RTR_WRITE &&
-		    reply->rtr != KW_RTR_READ)
-			return -EPROTO;
-		if (!(reply->rtr & local->rtr))
-			return -EPROTO;
+			return fail_term(res, KW_TERM_LLP_INV_REQ_RESP);
+		/*
+		 * RFC 6581 section 9.2: generate one of the RTR types the
+		 * responder allows, or Terminate 2/0/7 when none is one
+		 * we offered (the ones we can send).
+		 */
+		res->rtr = pick_rtr(reply->rtr & local->rtr);
+		if (!res->rtr)
+			return fail_term(res, KW_TERM_LLP_NO_MATCHING_RTR);
 		res->p2p = true;
-		res->rtr = reply->rtr;
 	} else if (reply->enhanced && local->p2p) {
 		/*
-		 * RFC 6581 section 5: an Enhanced responder must either take
-		 * part in P2P setup or reject; silently dropping P2P leaves
-		 * the initiator unable to know who sends first.
+		 * RFC 6581 section 9.2: "If Control Flag A is 1 in the MPA
+		 * Request message, then the responder MUST set Control Flag A
+		 * to 1 in the MPA reply message."
 		 */
-		return -EPROTO;
+		return fail_term(res, KW_TERM_LLP_NO_MATCHING_RTR);
 	}
 	return 0;
 }
@@ -349,20 +389,22 @@ u32 kw_mpa_mulpdu(u32 emss, bool markers)
 {
 	u32 room;
 
-	/* Markers are not supported (RFC 5044 section 6.2 formula with
+	/* Markers are not supported (the RFC 5044 section 4.5 formula with
 	 * markers is not implemented). */
 	if (markers)
 		return 0;
 	/*
-	 * RFC 5044 section 6.2 without markers: the FPDU is 2 (length) +
+	 * RFC 5044 section 4.5 without markers: the FPDU is 2 (length) +
 	 * ULPDU + pad + 4 (CRC field, present even when CRC is off) and
 	 * must fit in EMSS; 2 + ULPDU + pad is a multiple of 4.
-	 * Equivalent to EMSS - 6 - (EMSS mod 4).
+	 * Equivalent to EMSS - 6 - (EMSS mod 4). The sender "MUST NOT
+	 * shrink the MULPDU below 128 octets": with a smaller EMSS an FPDU
+	 * spans segments.
 	 */
 	if (emss < 8)
-		return 0;
-	room = (emss - 4) & ~3U;
-	return room - 2;
+		return KW_MPA_MULPDU_MIN;
+	room = ((emss - 4) & ~3U) - 2;
+	return max_t(u32, room, KW_MPA_MULPDU_MIN);
 }
 
 /*

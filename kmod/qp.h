@@ -119,7 +119,10 @@ struct kw_qp {
 	u8 mpa_req_pd[KW_MPA_MAX_PD];	/* its private data */
 	struct kw_mpa_result mpa;
 	u32 mulpdu;
-	bool rtr_wait;		/* responder: no FPDU out until the RTR */
+	bool rtr_wait;		/* responder, P2P: the RTR is still due */
+	bool fenced;		/* responder: no FPDU out before one came in
+				 * (RFC 5044 7.1.2); set in go_rts, cleared
+				 * by the receive path (READ/WRITE_ONCE) */
 	bool rtr_send;		/* initiator: RTR still to send */
 
 	/* send queue: user ring + kernel shadow, same index space */

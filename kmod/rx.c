@@ -344,10 +344,9 @@ static int rx_send_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 	return 0;
 }
 
-static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
-			   const u8 *payload, u32 placed, struct kw_term *t)
+static int rx_segment_op(struct kw_qp *qp, const struct kw_ddp_hdr *h,
+			 const u8 *payload, u32 placed, struct kw_term *t)
 {
-	struct kw_qp *qp = ctx;
 
 	if (qp->rx_revoked) {
 		/* The buffer was invalidated or deregistered under us. */
@@ -386,6 +385,20 @@ static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
 	term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
 	     KW_TERM_RDMAP_UNEXP_OPCODE);
 	return -EPROTO;
+}
+
+static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
+			   const u8 *payload, u32 placed, struct kw_term *t)
+{
+	struct kw_qp *qp = ctx;
+	int ret = rx_segment_op(qp, h, payload, placed, t);
+
+	/* A responder's first valid FPDU lifts its fence (go_rts()). */
+	if (!ret && READ_ONCE(qp->fenced)) {
+		WRITE_ONCE(qp->fenced, false);
+		kw_qp_kick_tx(qp);
+	}
+	return ret;
 }
 
 static const struct kw_rx_ops kw_rx_ops = {

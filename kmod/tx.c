@@ -690,8 +690,9 @@ static bool tx_pick(struct kw_qp *qp)
 			return true;
 		}
 	}
-	if (qp->rtr_wait)
-		return false;	/* responder: not a byte before the RTR */
+	if (qp->rtr_wait || READ_ONCE(qp->fenced))
+		return false;	/* responder: not a byte before the RTR,
+				 * or before the first FPDU */
 	if (qp->irq_head != qp->irq_tail) {
 		struct kw_irq *e = &qp->irq[qp->irq_head++ & (KW_MAX_IRD - 1)];
 

@@ -143,7 +143,8 @@ TEST(decode_bad_key)
 	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
 }
 
-TEST(decode_reserved_flags)
+/* RFC 5044 section 7.1.1: Res bits are "not checked on reception" */
+TEST(decode_reserved_flags_ignored)
 {
 	struct kw_mpa_frame f;
 	u8 b[24];
@@ -152,8 +153,18 @@ TEST(decode_reserved_flags)
 	for (bit = 0; bit < 4; bit++) {
 		good_hdr(b);
 		b[16] |= 1 << bit;
-		EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
+		ASSERT_EQ(dec(b, false, &f), 0);
+		EXPECT_EQ(f.rev, 2);
+		EXPECT_TRUE(f.enhanced);
+		EXPECT_FALSE(f.markers);
+		EXPECT_FALSE(f.reject);
 	}
+	/* siw built with try_gso sets 0x08 in its Reply */
+	memcpy(b, cap_rep, 24);
+	b[16] |= 0x08;
+	ASSERT_EQ(dec(b, true, &f), 0);
+	EXPECT_TRUE(f.p2p);
+	EXPECT_EQ(f.rtr, KW_RTR_WRITE);
 }
 
 TEST(decode_bad_revision)
@@ -168,9 +179,11 @@ TEST(decode_bad_revision)
 	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
 	b[17] = 0xff;
 	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
-	/* Enhanced requires rev 2 */
+	/* S is a Res bit in rev 1 (RFC 6581 section 6): ignored */
 	b[17] = 1;
-	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
+	ASSERT_EQ(kw_mpa_decode_hdr(b, false, &f), 0);
+	EXPECT_EQ(f.rev, 1);
+	EXPECT_FALSE(f.enhanced);
 	b[16] &= ~KW_MPA_FLAG_ENHANCED;
 	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), 0);
 	EXPECT_EQ(f.rev, 1);
@@ -216,10 +229,15 @@ TEST(decode_reject_flag)
 	ASSERT_EQ(dec(b, true, &f), 0);
 	EXPECT_TRUE(f.reject);
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ini, &f, &r), -ECONNREFUSED);
-	/* Reject in a Request is nonsense */
+	/* RFC 6581 section 9.1: the ULP sees the IRD/ORD of a Reject too */
+	EXPECT_EQ(r.peer_ird, 1);
+	EXPECT_EQ(r.peer_ord, 1);
+	EXPECT_EQ(r.term, 0);
+	/* RFC 5044 section 7.1.1: R in a Request is not checked */
 	memcpy(b, cap_req, 24);
 	b[16] |= KW_MPA_FLAG_REJECT;
-	EXPECT_EQ(kw_mpa_decode_hdr(b, false, &f), -EPROTO);
+	ASSERT_EQ(kw_mpa_decode_hdr(b, false, &f), 0);
+	EXPECT_FALSE(f.reject);
 }
 
 TEST(decode_rtr_bits_ignored_without_p2p)
@@ -273,12 +291,26 @@ TEST(negotiate_revision_matrix)
 
 			ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep,
 							     &a), 0);
-			EXPECT_EQ(rep.rev, ri < rr ? ri : rr);
-			EXPECT_EQ(rep.enhanced, ri == 2 && rr == 2);
+			/* RFC 6581 section 10: enhanced gets enhanced, even
+			 * from a responder set to rev 1 */
+			EXPECT_EQ(rep.rev, ri);
+			EXPECT_EQ(rep.enhanced, ri == 2);
 			ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &b),
 				  0);
 			EXPECT_EQ(a.rev, b.rev);
 		}
+}
+
+/* A rev 2 Request without S to a rev 1 responder gets rev 1 */
+TEST(plain_rev2_request_to_rev1_responder)
+{
+	struct kw_mpa_cfg rc = { .rev = 1, .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req = { .rev = 2 }, rep;
+	struct kw_mpa_result a;
+
+	ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
+	EXPECT_EQ(rep.rev, 1);
+	EXPECT_FALSE(rep.enhanced);
 }
 
 TEST(negotiate_crc_matrix)
@@ -302,22 +334,30 @@ TEST(negotiate_crc_matrix)
 		}
 }
 
-TEST(initiator_crc_dropped_is_error)
+/* RFC 5044 section 7.1.1 (C): CRC is on when either side set C */
+TEST(initiator_crc_is_either_side)
 {
 	struct kw_mpa_cfg ic = { .rev = 2, .crc = true };
 	struct kw_mpa_frame rep = { .reply = true, .rev = 2, .enhanced = true };
 	struct kw_mpa_result r;
 
-	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_TRUE(r.crc);
+	ic.crc = false;
+	rep.crc = true;
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_TRUE(r.crc);
 }
 
 TEST(initiator_higher_rev_is_error)
 {
-	struct kw_mpa_cfg ic = { .rev = 1 };
+	struct kw_mpa_cfg ic = { .rev = 1, .crc = true };
 	struct kw_mpa_frame rep = { .reply = true, .rev = 2 };
 	struct kw_mpa_result r;
 
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_INV_REQ_RESP);
+	EXPECT_TRUE(r.crc);	/* the Terminate is framed with CRC */
 }
 
 TEST(markers)
@@ -333,50 +373,81 @@ TEST(markers)
 	EXPECT_TRUE(rep.reply);
 	rep = (struct kw_mpa_frame){ .reply = true, .rev = 2, .markers = true };
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&c, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_LOCAL_CATASTROPHIC);
 	EXPECT_EQ(kw_mpa_mulpdu(1460, true), 0);
 }
 
+/*
+ * RFC 6581 section 9.2: the responder answers A with A and at least one
+ * RTR type, one of those offered if it can; the initiator sends one it
+ * offered or terminates with 2/0/7.
+ */
 TEST(p2p_rtr_choice)
 {
-	static const struct { u8 offer, accept, want; } m[] = {
-		{ KW_RTR_WRITE | KW_RTR_READ | KW_RTR_SEND, 7, KW_RTR_WRITE },
-		{ KW_RTR_READ | KW_RTR_SEND, 7, KW_RTR_READ },
-		{ KW_RTR_SEND, 7, KW_RTR_SEND },
-		{ 7, KW_RTR_SEND, KW_RTR_SEND },
-		{ 7, KW_RTR_READ | KW_RTR_SEND, KW_RTR_READ },
-		{ KW_RTR_WRITE, KW_RTR_READ, 0 },
-		{ 0, 7, 0 },
+	static const struct { u8 offer, accept, reply, want; } m[] = {
+		{ KW_RTR_ALL, KW_RTR_ALL, KW_RTR_WRITE, KW_RTR_WRITE },
+		{ KW_RTR_READ | KW_RTR_SEND, KW_RTR_ALL, KW_RTR_READ, KW_RTR_READ },
+		{ KW_RTR_SEND, KW_RTR_ALL, KW_RTR_SEND, KW_RTR_SEND },
+		{ KW_RTR_ALL, KW_RTR_SEND, KW_RTR_SEND, KW_RTR_SEND },
+		{ KW_RTR_ALL, KW_RTR_READ | KW_RTR_SEND, KW_RTR_READ, KW_RTR_READ },
+		/* nothing in common: the responder names what it takes */
+		{ KW_RTR_WRITE, KW_RTR_READ, KW_RTR_READ, 0 },
+		{ 0, KW_RTR_ALL, KW_RTR_WRITE, 0 },
+		/* a responder that did not ask for P2P accepts any */
+		{ KW_RTR_READ, 0, KW_RTR_READ, KW_RTR_READ },
 	};
 	unsigned int i;
 
 	for (i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
 		struct kw_mpa_cfg ic = { .rev = 2, .p2p = true,
 					 .rtr = m[i].offer, .ird = 2, .ord = 2 };
-		struct kw_mpa_cfg rc = { .rev = 2, .p2p = true,
+		struct kw_mpa_cfg rc = { .rev = 2, .p2p = m[i].accept != 0,
 					 .rtr = m[i].accept, .ird = 2, .ord = 2 };
 		struct kw_mpa_frame req = req_of(ic), rep, d;
 		struct kw_mpa_result a, b;
 		u8 buf[600];
-		int rv = kw_mpa_negotiate_responder(&req, &rc, &rep, &a);
 
-		if (!m[i].want) {
-			EXPECT_EQ(rv, -ECONNREFUSED);
-			EXPECT_TRUE(rep.reject);
-			ASSERT_GT(enc(&rep, NULL, 0, buf), 0);
-			ASSERT_EQ(dec(buf, true, &d), 0);
-			EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &d, &b),
-				  -ECONNREFUSED);
-			continue;
-		}
-		ASSERT_EQ(rv, 0);
-		EXPECT_EQ(rep.rtr, m[i].want);
-		EXPECT_EQ(a.rtr, m[i].want);
+		ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
+		EXPECT_TRUE(rep.p2p);
+		EXPECT_EQ(rep.rtr, m[i].reply);
+		EXPECT_EQ(a.rtr, m[i].reply);
 		ASSERT_GT(enc(&rep, NULL, 0, buf), 0);
 		ASSERT_EQ(dec(buf, true, &d), 0);
+		if (!m[i].want) {
+			EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &d, &b),
+				  -EPROTO);
+			EXPECT_EQ(b.term, KW_TERM_LLP_NO_MATCHING_RTR);
+			continue;
+		}
 		ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &d, &b), 0);
 		EXPECT_EQ(b.rtr, m[i].want);
 		EXPECT_TRUE(b.p2p);
 	}
+}
+
+/* irdma always sends A; a kiwarp responder that did not opt in to P2P
+ * (kiwarp-rping's server) must still accept it (RFC 6581 section 9.2) */
+TEST(p2p_request_to_client_server_responder)
+{
+	/* A, IRD 8 / Read RTR only, ORD 8 */
+	static const u8 pd[4] = { 0x80, 0x08, 0x40, 0x08 };
+	struct kw_mpa_cfg rc = { .rev = 2, .ird = 16, .ord = 16 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result a;
+	u8 b[24], out[600];
+
+	good_hdr(b);
+	memcpy(b + 20, pd, 4);
+	ASSERT_EQ(dec(b, false, &req), 0);
+	ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
+	EXPECT_FALSE(rep.reject);
+	EXPECT_TRUE(rep.p2p);
+	EXPECT_EQ(rep.rtr, KW_RTR_READ);
+	EXPECT_TRUE(a.p2p);
+	EXPECT_EQ(a.rtr, KW_RTR_READ);
+	ASSERT_EQ(enc(&rep, NULL, 0, out), 24);
+	EXPECT_EQ(out[20] & 0x80, 0x80);	/* A */
+	EXPECT_EQ(out[22], 0x40);		/* D: Read RTR */
 }
 
 TEST(initiator_rtr_mismatch)
@@ -386,27 +457,37 @@ TEST(initiator_rtr_mismatch)
 				    .p2p = true, .rtr = KW_RTR_READ };
 	struct kw_mpa_result r;
 
-	/* not offered */
+	/* not offered: 2/0/7 */
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
-	/* more than one */
+	EXPECT_EQ(r.term, KW_TERM_LLP_NO_MATCHING_RTR);
+	/* several allowed: the initiator picks one it offered */
 	rep.rtr = KW_RTR_WRITE | KW_RTR_READ;
-	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_EQ(r.rtr, KW_RTR_WRITE);
+	ic.rtr = KW_RTR_ALL;
+	rep.rtr = KW_RTR_SEND | KW_RTR_READ;
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_EQ(r.rtr, KW_RTR_READ);
 	/* none */
 	rep.rtr = 0;
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_NO_MATCHING_RTR);
 	/* P2P reply although not requested */
 	ic.p2p = false;
 	rep.rtr = KW_RTR_WRITE;
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_INV_REQ_RESP);
 	/* P2P requested, enhanced reply without it */
 	ic.p2p = true;
 	rep.p2p = false;
 	rep.rtr = 0;
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_NO_MATCHING_RTR);
 	/* correct */
 	rep.p2p = true;
 	rep.rtr = KW_RTR_WRITE;
 	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_EQ(r.term, 0);
 }
 
 TEST(ird_ord_negotiation)
@@ -421,13 +502,69 @@ TEST(ird_ord_negotiation)
 	EXPECT_EQ(rep.ird, 4);		/* local IRD */
 	EXPECT_EQ(a.ord, 16);
 	EXPECT_EQ(a.ird, 4);
+	EXPECT_EQ(a.peer_ird, 16);
+	EXPECT_EQ(a.peer_ord, 32);
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &b), 0);
 	EXPECT_EQ(b.ord, 4);		/* min(local ord 32, reply IRD 4) */
 	EXPECT_EQ(b.ird, 16);
-	/* big values clamp to 14 bits */
+	EXPECT_EQ(b.peer_ird, 4);
+	EXPECT_EQ(b.peer_ord, 16);
+	/* big values clamp to 14 bits, never to "no negotiation" */
 	rc.ird = 0xffff;
 	ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
+	EXPECT_EQ(rep.ird, KW_MPA_V2_MASK - 1);
+}
+
+/* RFC 6581 section 9.1: the initiator's IRD at least the responder's ORD,
+ * raised within what it can have, else Terminate 2/0/6 */
+TEST(initiator_raises_ird)
+{
+	struct kw_mpa_cfg ic = { .rev = 2, .ird = 4, .ord = 4, .ird_max = 128 };
+	struct kw_mpa_frame rep = { .reply = true, .rev = 2, .enhanced = true,
+				    .ird = 8, .ord = 32 };
+	struct kw_mpa_result r;
+
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_EQ(r.ird, 32);
+	EXPECT_EQ(r.ord, 4);
+	rep.ord = 129;
+	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_INSUFFICIENT_IRD);
+	ic.ird_max = 0;		/* cannot raise at all */
+	rep.ord = 5;
+	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_INSUFFICIENT_IRD);
+}
+
+/* RFC 6581 section 9.1: 0x3FFF = "no automatic negotiation" */
+TEST(ird_ord_all_ones)
+{
+	struct kw_mpa_cfg rc = { .rev = 2, .ird = 4, .ord = 6 };
+	struct kw_mpa_cfg ic = { .rev = 2, .ird = 3, .ord = 5 };
+	struct kw_mpa_frame req = { .rev = 2, .enhanced = true,
+				    .ird = KW_MPA_V2_MASK, .ord = 2 }, rep;
+	struct kw_mpa_result a;
+
+	/* initiator IRD all ones: responder ORD unchanged, Reply ORD 0x3FFF */
+	ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
+	EXPECT_EQ(rep.ord, KW_MPA_V2_MASK);
+	EXPECT_EQ(a.ord, 6);
+	EXPECT_EQ(rep.ird, 4);
+	/* initiator ORD all ones: responder IRD unchanged, Reply IRD 0x3FFF */
+	req.ird = 2;
+	req.ord = KW_MPA_V2_MASK;
+	ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &a), 0);
 	EXPECT_EQ(rep.ird, KW_MPA_V2_MASK);
+	EXPECT_EQ(a.ird, 4);
+	EXPECT_EQ(rep.ord, 2);
+	EXPECT_EQ(a.ord, 2);
+	/* the initiator keeps its values on a Reply of all ones */
+	rep = (struct kw_mpa_frame){ .reply = true, .rev = 2, .enhanced = true,
+				     .ird = KW_MPA_V2_MASK,
+				     .ord = KW_MPA_V2_MASK };
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &a), 0);
+	EXPECT_EQ(a.ird, 3);
+	EXPECT_EQ(a.ord, 5);
 }
 
 TEST(rev1_request_to_rev2_responder)
@@ -453,9 +590,11 @@ TEST(mulpdu)
 	EXPECT_EQ(kw_mpa_mulpdu(1461, false), 1454);
 	EXPECT_EQ(kw_mpa_mulpdu(1463, false), 1454);
 	EXPECT_EQ(kw_mpa_mulpdu(1464, false), 1458);
-	EXPECT_EQ(kw_mpa_mulpdu(8, false), 2);
-	EXPECT_EQ(kw_mpa_mulpdu(7, false), 0);
 	EXPECT_EQ(kw_mpa_mulpdu(65483, false), 65483 - 6 - 65483 % 4);
+	/* RFC 5044 section 4.5: never below 128 octets */
+	EXPECT_EQ(kw_mpa_mulpdu(48, false), KW_MPA_MULPDU_MIN);
+	EXPECT_EQ(kw_mpa_mulpdu(8, false), KW_MPA_MULPDU_MIN);
+	EXPECT_EQ(kw_mpa_mulpdu(0, false), KW_MPA_MULPDU_MIN);
 	/* the definition: 2 + M + pad + 4 fits, M + 1 does not */
 	{
 		u32 e;
@@ -463,6 +602,11 @@ TEST(mulpdu)
 		for (e = 8; e < 3000; e++) {
 			u32 m = kw_mpa_mulpdu(e, false);
 
+			ASSERT_GE(m, KW_MPA_MULPDU_MIN);
+			ASSERT_EQ((2 + m + kw_mpa_pad(m)) % 4, 0);
+			if (m == KW_MPA_MULPDU_MIN &&
+			    2 + m + kw_mpa_pad(m) + 4 > e)
+				continue;
 			ASSERT_LE(2 + m + kw_mpa_pad(m) + 4, e);
 			ASSERT_GT(2 + (m + 1) + kw_mpa_pad(m + 1) + 4, e);
 		}

@@ -54,6 +54,7 @@
 #include "kiwarp.h"
 #include "kw_vmtest.h"
 #include "iwarp.h"
+#include "kw_rawpeer.h"
 
 /* ------------------------------------------------------------ options */
 
@@ -122,12 +123,17 @@ static const char *const mut_name[MUT_NKINDS] = {
 	"mpa-truncated", "mpa-garbage", "mpa-reply-key", "mpa-rev1",
 };
 
-/* benign: a valid stream (or valid MPA variation) delivered differently */
+/*
+ * benign: a valid stream (or valid MPA variation) delivered differently.
+ * Reserved MPA flag bits, and S in a rev 1 Request (a reserved bit there),
+ * are "not checked on reception" (RFC 5044 section 7.1.1).
+ */
 static bool mut_benign(int k)
 {
 	return k == MUT_NONE || k == MUT_SPLIT || k == MUT_MERGE ||
 	       k == MUT_DRIP || k == MUT_MPA_IRDORD || k == MUT_MPA_PD ||
-	       k == MUT_MPA_CRC || k == MUT_MPA_REV1;
+	       k == MUT_MPA_CRC || k == MUT_MPA_REV1 || k == MUT_MPA_RSVD ||
+	       k == MUT_MPA_ENH_REV1;
 }
 
 enum outcome {
@@ -752,8 +758,9 @@ static int mpa_exchange(struct conn *c)
 		return 1;
 	}
 	c->crc = c->mres.crc;
-	/* rev 1 carries no IRD/ORD: kiwarp serves KW_IRD */
-	if (c->mres.rev == 1)
+	/* rev 1 carries no IRD/ORD, and an ORD of 0x3FFF asks for no
+	 * negotiation (RFC 6581 section 9.1): kiwarp serves KW_IRD */
+	if (c->mres.rev == 1 || cfg.ord == KW_MPA_V2_MASK)
 		c->mres.ord = KW_IRD;
 	return 0;
 }
@@ -1766,6 +1773,12 @@ static void run_conn(struct conn *c)
 	}
 	mpa_ok = true;
 	c->qp_was_rts = true;
+	/* kiwarp, the responder, transmits once our first FPDU came in (RFC
+	 * 5044 section 7.1.2): an unmutated zero-length Write */
+	if (rp_send_rtr(&(struct rp){ c->raw, c->crc }, KW_OP_WRITE)) {
+		cfail(c, "first FPDU not sent");
+		goto out;
+	}
 	if (!c->recv_posted && (ret = post_recvs(c))) {
 		cfail(c, "post_recv %d", ret);
 		goto out;

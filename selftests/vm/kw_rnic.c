@@ -1,0 +1,742 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Wire conformance with hardware RNICs (issue 8): run inside the VM with
+ * kiwarp.ko loaded.
+ *
+ * One side is a kiwarp QP (through libkiwarp); the other a raw peer on a
+ * plain TCP socket (kw_rawpeer.h, the user-space build of the protocol
+ * core) that does the MPA exchange the way a hardware RNIC or an RFC 6581
+ * implementation may, including what kiwarp itself never sends: a P2P
+ * Request to a responder that did not ask for P2P, a Reply with an RTR type
+ * that was not offered, reserved flag bits, a responder ORD above the
+ * initiator's IRD. Each test checks the negotiated parameters on both
+ * sides, the first FPDUs on the wire (fencing, RTR) and the Terminates.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "kiwarp.h"
+#include "kw_vmtest.h"
+#include "iwarp.h"
+#include "kw_rawpeer.h"
+#include "../unit/harness.h"
+
+#define KBUF 65536
+
+struct kend {
+	struct kw_device *dev;
+	struct kw_pd *pd;
+	struct kw_cq *cq;
+	struct kw_qp *qp;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	int sock;			/* kiwarp's socket */
+	struct rp raw;			/* the peer's */
+	struct kw_conn_param param;	/* kiwarp's parameters */
+	struct kw_conn_request req;	/* kiwarp as responder */
+	struct kw_conn_result res;
+	int ret;
+};
+
+static int kend_init(struct kend *k)
+{
+	struct kw_qp_init_attr a = { 0 };
+	int ret;
+
+	k->sock = k->raw.fd = -1;
+	if ((ret = kw_open(&k->dev)) || (ret = kw_alloc_pd(k->dev, &k->pd)) ||
+	    (ret = kw_create_cq(k->dev, 64, &k->cq)))
+		return ret;
+	a.send_cq = a.recv_cq = k->cq;
+	a.sq_entries = a.rq_entries = 16;
+	a.max_sge = 1;
+	if ((ret = kw_create_qp(k->pd, &a, &k->qp)))
+		return ret;
+	k->buf = mmap(NULL, KBUF, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (k->buf == MAP_FAILED)
+		return -errno;
+	if ((ret = kw_reg_mr(k->pd, k->buf, KBUF, KIWARP_ACCESS_ALL, &k->mr)))
+		return ret;
+	return tcp_pair(&k->raw.fd, &k->sock) ? -EIO : 0;
+}
+
+static void kend_fini(struct kend *k)
+{
+	kw_destroy_qp(k->qp);
+	kw_dereg_mr(k->mr);
+	kw_destroy_cq(k->cq);
+	kw_dealloc_pd(k->pd);
+	kw_close(k->dev);
+	munmap(k->buf, KBUF);
+	close(k->sock);
+	close(k->raw.fd);
+}
+
+static void *k_accept(void *arg)
+{
+	struct kend *k = arg;
+
+	k->ret = kw_accept(k->qp, k->sock, NULL, 5000, &k->req);
+	if (!k->ret)
+		k->ret = kw_accept_reply(k->qp, KIWARP_REPLY_ACCEPT, &k->param,
+					 NULL, 0, &k->res);
+	return NULL;
+}
+
+static void *k_connect(void *arg)
+{
+	struct kend *k = arg;
+
+	k->ret = kw_connect(k->qp, k->sock, &k->param, NULL, 0, &k->res);
+	return NULL;
+}
+
+/* Read one MPA frame (header and private data) from the raw socket. */
+static int raw_read_frame(struct kend *k, bool reply, struct kw_mpa_frame *f,
+			  uint8_t pd[KW_MPA_MAX_PD])
+{
+	uint8_t hdr[KW_MPA_HDR_LEN];
+
+	if (readn(k->raw.fd, hdr, sizeof(hdr), 5000) ||
+	    kw_mpa_decode_hdr(hdr, reply, f) ||
+	    readn(k->raw.fd, pd, f->pd_len, 5000))
+		return -1;
+	return kw_mpa_decode_pd(f, pd);
+}
+
+/* Write an MPA frame, then OR extra bits into its flags byte. */
+static int raw_write_frame(struct kend *k, const struct kw_mpa_frame *f,
+			   uint8_t extra_flags)
+{
+	uint8_t b[KW_MPA_HDR_LEN + KW_MPA_MAX_PD];
+	int len = kw_mpa_encode(f, NULL, 0, b, sizeof(b));
+
+	if (len < 0)
+		return -1;
+	b[16] |= extra_flags;
+	return writen(k->raw.fd, b, len);
+}
+
+/* Until one more message than *arg has arrived */
+static unsigned int want_msgs;
+static bool got_msgs(const struct rp_sink *s)
+{
+	return s->n >= want_msgs || s->got_term;
+}
+
+/*
+ * kiwarp as responder without P2P asked for (kiwarp-rping's server, or any
+ * ULP that does not care) gets a Request with A and only the Read RTR, as
+ * RNICs send (irdma always sets A). RFC 6581 section 9.2: the Reply
+ * carries A and an RTR type; kiwarp sends nothing before the RTR arrives
+ * (RFC 5044 section 7.1.2's fencing), not even a Send posted before it,
+ * and answers the zero-length Read with a zero-length Read Response.
+ */
+TEST(p2p_request_to_client_server_responder)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_cfg cfg = { .rev = 2, .p2p = true, .rtr = KW_RTR_READ,
+				  .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 7, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };	/* no P2P */
+	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_FALSE(rep.reject);
+	EXPECT_TRUE(rep.enhanced);
+	EXPECT_TRUE(rep.p2p);
+	EXPECT_EQ(rep.rtr, KW_RTR_READ);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
+	EXPECT_EQ(res.rtr, KW_RTR_READ);
+	/* what kiwarp's ULP is told */
+	EXPECT_TRUE(k.req.param.flags & KIWARP_CONN_P2P);
+	EXPECT_TRUE(k.res.param.flags & KIWARP_CONN_P2P);
+	EXPECT_EQ(k.res.param.rtr, KIWARP_RTR_READ);
+
+	/* a Send posted before the RTR waits for it */
+	memcpy(k.buf, "fenced", 6);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 6, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	memset(&s, 0, sizeof(s));
+	k.raw.crc = res.crc;
+	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
+	want_msgs = 1;
+	EXPECT_EQ(rp_read(&k.raw, &rx, &s, 0.5, got_msgs), 0);
+	EXPECT_EQ(s.n, 0);
+	/* the RTR: then the zero-length Read Response and the Send */
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_READ_REQ), 0);
+	want_msgs = 2;
+	rp_read(&k.raw, &rx, &s, 10, got_msgs);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	EXPECT_FALSE(s.got_term);
+	ASSERT_EQ(s.n, 2);
+	EXPECT_EQ(s.msg[0].opcode, KW_OP_READ_RESP);
+	EXPECT_EQ(s.msg[0].len, 0);
+	EXPECT_EQ(s.msg[1].opcode, KW_OP_SEND);
+	EXPECT_EQ(s.msg[1].len, 6);
+	kend_fini(&k);
+}
+
+/*
+ * Outside P2P too, a responder "MUST receive and validate at least one
+ * FPDU before sending any" (RFC 5044 section 7.1.2 rule 4): cxgb4 fails a
+ * connection whose first FPDU comes with the Reply. A Send kiwarp's ULP
+ * posts before the initiator's first message stays queued until then.
+ */
+TEST(responder_fenced_without_p2p)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_cfg cfg = { .rev = 2, .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 7, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 4, .stag = 0,
+			       .to = 0 };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
+	EXPECT_FALSE(res.p2p);
+
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 6, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
+	want_msgs = 1;
+	EXPECT_EQ(rp_read(&k.raw, &rx, &s, 0.5, got_msgs), 0);
+	EXPECT_EQ(s.n, 0);
+	/* the initiator's first FPDU: a 4-byte Write into kiwarp's MR */
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf + 100;
+	k.raw.crc = res.crc;
+	ASSERT_EQ(rp_send(&k.raw, &m, (const uint8_t *)"abcd", 0), 0);
+	rp_read(&k.raw, &rx, &s, 10, got_msgs);
+	ASSERT_EQ(s.n, 1);
+	EXPECT_EQ(s.msg[0].opcode, KW_OP_SEND);
+	EXPECT_EQ(memcmp(k.buf + 100, "abcd", 4), 0);
+	kend_fini(&k);
+}
+
+/*
+ * kiwarp as initiator offering only the Write RTR; the responder allows
+ * only Read. RFC 6581 section 9.2: Terminate layer 2 (LLP), type 0 (MPA),
+ * code 7 (no matching RTR option), then close; CRC as negotiated frames it.
+ */
+static void no_matching_rtr(int *kwt_fail, bool crc)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .p2p = true, .rtr = KW_RTR_READ,
+		.ird = 4, .ord = 4 };
+	struct kiwarp_query_qp q;
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0),
+		.rtr = KIWARP_RTR_WRITE };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	EXPECT_TRUE(req.p2p);
+	EXPECT_EQ(req.rtr, KW_RTR_WRITE);
+	rep.crc = req.crc;
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(k.ret, -EPROTO);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, crc, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	EXPECT_FALSE(kw_rx_failed(&rx));	/* CRC checked when on */
+	EXPECT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
+	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
+	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_NO_MATCHING_RTR);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	EXPECT_TRUE(q.term_sent.valid);
+	EXPECT_EQ(q.term_sent.layer, KW_TERM_LAYER_LLP);
+	EXPECT_EQ(q.term_sent.ecode, KW_TERM_LLP_NO_MATCHING_RTR);
+	kend_fini(&k);
+}
+
+TEST(initiator_no_matching_rtr) { no_matching_rtr(kwt_fail, false); }
+TEST(initiator_no_matching_rtr_crc) { no_matching_rtr(kwt_fail, true); }
+
+/*
+ * The responder allows Write and Read (an RFC 6581 responder may set
+ * several); kiwarp offered all three and sends exactly one RTR, the Write.
+ */
+TEST(initiator_picks_one_rtr)
+{
+	static struct kend k;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .p2p = true,
+		.rtr = KW_RTR_WRITE | KW_RTR_READ, .ird = 4, .ord = 4 };
+	uint8_t pd[KW_MPA_MAX_PD], b[64];
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+		.flags = KIWARP_CONN_P2P, .rtr = KIWARP_RTR_NONE };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	EXPECT_EQ(req.rtr, KW_RTR_ALL);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_EQ(k.res.param.rtr, KIWARP_RTR_WRITE);
+	/* the RTR: a 14-byte tagged header, no payload (MPA length 14),
+	 * the CRC field: 20 bytes */
+	ASSERT_EQ(readn(k.raw.fd, b, 20, 5000), 0);
+	EXPECT_EQ(b[0], 0);
+	EXPECT_EQ(b[1], KW_DDP_TAGGED_HDR_LEN);
+	EXPECT_EQ(b[2] & 0x80, 0x80);		/* T */
+	EXPECT_EQ(b[3] & 0x0f, KW_OP_WRITE);
+	kend_fini(&k);
+}
+
+/*
+ * RFC 6581 section 9.1: the initiator's IRD at least the responder's ORD.
+ * kiwarp asked for IRD 4; a Reply with ORD 32 raises it to 32, one with an
+ * ORD beyond what kiwarp can serve (128) gets Terminate 2/0/6.
+ */
+static void responder_ord(int *kwt_fail, uint16_t ord, int want_ret,
+			  uint32_t want_ird)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .ird = 4, .ord = ord };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2, .ird = 4, .ord = 4 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	EXPECT_EQ(req.ird, 4);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(k.ret, want_ret);
+	if (!want_ret) {
+		EXPECT_EQ(k.res.param.ird, want_ird);
+		EXPECT_EQ(k.res.param.ord, 4);
+	} else {
+		memset(&s, 0, sizeof(s));
+		kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
+		rp_read(&k.raw, &rx, &s, 10, NULL);
+		EXPECT_TRUE(s.got_term);
+		EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
+		EXPECT_EQ(s.term.ecode, KW_TERM_LLP_INSUFFICIENT_IRD);
+	}
+	kend_fini(&k);
+}
+
+TEST(initiator_raises_ird) { responder_ord(kwt_fail, 32, 0, 32); }
+TEST(initiator_insufficient_ird) { responder_ord(kwt_fail, 200, -EPROTO, 0); }
+
+/*
+ * A Reply with a reserved flag bit (siw built with try_gso sets 0x08) and
+ * C although kiwarp did not ask for CRC: the bits are not checked (RFC 5044
+ * section 7.1.1) and CRC is on for both directions, as C in either frame
+ * says. The Send kiwarp then sends carries a CRC the peer verifies.
+ */
+TEST(reply_reserved_bits_and_crc)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .crc = true, .ird = 4, .ord = 4 };
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 1, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	EXPECT_FALSE(req.crc);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0x08), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_TRUE(k.res.param.flags & KIWARP_CONN_CRC);
+	memcpy(k.buf, "crc on", 6);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 6, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, true, 0);
+	want_msgs = 1;
+	rp_read(&k.raw, &rx, &s, 10, got_msgs);
+	EXPECT_FALSE(kw_rx_failed(&rx));	/* the CRC was right */
+	ASSERT_EQ(s.n, 1);
+	EXPECT_EQ(s.msg[0].opcode, KW_OP_SEND);
+	kend_fini(&k);
+}
+
+/*
+ * RFC 6581 section 10: an enhanced Request gets an enhanced Reply, also
+ * from a kiwarp responder set to MPA revision 1 (siw fails on the rev 1
+ * Reply kiwarp used to send).
+ */
+TEST(enhanced_request_to_rev1_responder)
+{
+	static struct kend k;
+	struct kw_mpa_cfg cfg = { .rev = 2, .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	uint8_t pd[KW_MPA_MAX_PD];
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 1 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_EQ(rep.rev, 2);
+	EXPECT_TRUE(rep.enhanced);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
+	EXPECT_EQ(k.res.param.mpa_rev, 2);
+	kend_fini(&k);
+}
+
+/* ------------------------------------------------- RNIC personalities */
+
+/*
+ * How Intel irdma and Chelsio cxgb4 (Linux 6.1 drivers, default module
+ * parameters) behave on the wire during MPA setup, as their connection
+ * managers show (drivers/infiniband/hw/irdma/cm.c, ctrl.c;
+ * hw/cxgb4/cm.c, qp.c). Behaviour learnt from the source, nothing copied:
+ *
+ * irdma: always MPA rev 2 with C (it always generates and checks CRCs);
+ *   its Request offers A with the Write and Read RTRs (80 10 C0 10 for
+ *   IRD = ORD = 16); as responder it answers A with D (Read) if offered,
+ *   else C, and an IRD of the hardware maximum (127 on E810); a Request
+ *   without A or RTR is reset. As initiator it takes D before C from the
+ *   Reply and sends a zero-length Read (source STag 0x1234, sink STag
+ *   0xABCD, TOs 0), or a zero-length Write (STag 0) with C only; no A, no
+ *   D or C: reset. It fails a Reply whose ORD is above its IRD.
+ * cxgb4: mpa_rev=2, crc_enabled=1 (C is sent; crc_enabled=0 is the CRC-off
+ *   variant here), peer2peer=1, p2p_type=1: the Request carries A and D
+ *   only (80 10 40 10), the Reply always its own D when the Request had
+ *   A. As initiator it wants exactly D back (C and D together, or none,
+ *   is "no matching RTR": Terminate 2/0/7) and sends a zero-length Read
+ *   with every STag and TO 1. It aborts when bytes follow the MPA frame in
+ *   the same receive, i.e. when a responder is not fenced.
+ * Both: the responder sends nothing before the RTR.
+ */
+struct persona {
+	const char *name;
+	bool crc_always;	/* C whatever the configuration */
+	u8 offer;		/* RTR types in its Request */
+	u16 reply_ird;		/* 0: its configured IRD */
+	u32 rtr_src_stag, rtr_sink_stag;
+	u64 rtr_to;
+	bool exact_d;		/* initiator: the Reply must allow D alone */
+};
+
+static const struct persona irdma = {
+	.name = "irdma", .crc_always = true,
+	.offer = KW_RTR_WRITE | KW_RTR_READ, .reply_ird = 127,
+	.rtr_src_stag = 0x1234, .rtr_sink_stag = 0xabcd, .rtr_to = 0,
+};
+
+static const struct persona cxgb4 = {
+	.name = "cxgb4", .offer = KW_RTR_READ,
+	.rtr_src_stag = 1, .rtr_sink_stag = 1, .rtr_to = 1, .exact_d = true,
+};
+
+/* The persona's zero-length RTR: a Read (its Read Request MSN 1) or, if
+ * the Reply allowed only C, irdma's zero-length Write (STag 0, TO 0). */
+static int persona_rtr(const struct persona *pe, const struct rp *p, u8 type)
+{
+	uint8_t rr[KW_READ_REQ_LEN];
+	struct kw_read_req r = { .sink_stag = pe->rtr_sink_stag,
+				 .sink_to = pe->rtr_to,
+				 .src_stag = pe->rtr_src_stag,
+				 .src_to = pe->rtr_to };
+	struct kw_tx_msg m = { .opcode = KW_OP_READ_REQ, .qn = KW_QN_READ_REQ,
+			       .msn = 1, .inline_data = rr,
+			       .inline_len = KW_READ_REQ_LEN };
+
+	if (type == KW_RTR_WRITE) {
+		m = (struct kw_tx_msg){ .opcode = KW_OP_WRITE };
+		return rp_send(p, &m, rr, 0);
+	}
+	kw_read_req_encode(&r, rr);
+	return rp_send(p, &m, rr, 0);
+}
+
+static void fill(uint8_t *b, size_t n, unsigned int seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		b[i] = (uint8_t)(i * 31 + seed);
+}
+
+static int kw_wait_one(struct kw_cq *cq, struct kiwarp_cqe *e)
+{
+	double end = now() + 10;
+	int n;
+
+	while ((n = kw_poll_cq(cq, 1, e)) == 0 && now() < end)
+		usleep(1000);
+	return n;
+}
+
+/*
+ * Both directions once the QP is up (the RTR exchanged): the persona
+ * Sends, Writes and Reads kiwarp's memory; kiwarp Sends and Writes to the
+ * persona. Bytes compared everywhere, CQEs checked. read_msn: the
+ * persona's next Read Request MSN.
+ */
+static void exchange(int *kwt_fail, struct kend *k, struct kw_rx *rx,
+		     struct rp_sink *s, u32 read_msn)
+{
+	enum { N = 3000 };
+	static uint8_t a[N], mem[2 * N];
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 10, .sg_list = &sge, .num_sge = 1 };
+	struct kw_send_wr wr = { .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct kw_tx_msg m;
+	struct kiwarp_cqe e;
+	uint8_t rr[KW_READ_REQ_LEN];
+	struct kw_read_req r;
+	unsigned int n0;
+
+	s->mem = mem;
+	s->mem_len = sizeof(mem);
+	/* persona -> kiwarp: Send into a posted receive */
+	sge = (struct kiwarp_sge){ (uintptr_t)k->buf, N, k->mr->stag };
+	ASSERT_EQ(kw_post_recv(k->qp, &rw, 1), 1);
+	fill(a, N, 1);
+	m = (struct kw_tx_msg){ .opcode = KW_OP_SEND, .qn = KW_QN_SEND,
+				.msn = 1, .len = N };
+	ASSERT_EQ(rp_send(&k->raw, &m, a, 0), 0);
+	ASSERT_EQ(kw_wait_one(k->cq, &e), 1);
+	EXPECT_EQ(e.status, KIWARP_WC_SUCCESS);
+	EXPECT_EQ(e.wr_id, 10);
+	EXPECT_EQ(e.byte_len, N);
+	EXPECT_MEMEQ(k->buf, a, N);
+	/* persona -> kiwarp: Write */
+	fill(a, N, 2);
+	m = (struct kw_tx_msg){ .opcode = KW_OP_WRITE, .len = N,
+				.stag = k->mr->stag,
+				.to = (uintptr_t)k->buf + N };
+	ASSERT_EQ(rp_send(&k->raw, &m, a, 0), 0);
+	/* persona <- kiwarp: Read of what it just wrote (ordered after it) */
+	r = (struct kw_read_req){ .sink_stag = 0x77, .sink_to = N,
+				  .src_stag = k->mr->stag,
+				  .src_to = (uintptr_t)k->buf + N, .size = N };
+	kw_read_req_encode(&r, rr);
+	m = (struct kw_tx_msg){ .opcode = KW_OP_READ_REQ, .qn = KW_QN_READ_REQ,
+				.msn = read_msn, .inline_data = rr,
+				.inline_len = KW_READ_REQ_LEN };
+	ASSERT_EQ(rp_send(&k->raw, &m, rr, 0), 0);
+	n0 = s->n;
+	want_msgs = n0 + 1;
+	rp_read(&k->raw, rx, s, 10, got_msgs);
+	ASSERT_EQ(s->n, n0 + 1);
+	EXPECT_EQ(s->msg[n0].opcode, KW_OP_READ_RESP);
+	EXPECT_EQ(s->msg[n0].len, N);
+	EXPECT_MEMEQ(mem + N, a, N);
+	EXPECT_MEMEQ(k->buf + N, a, N);
+	/* kiwarp -> persona: Send, then Write */
+	fill(k->buf, N, 3);
+	wr.wr_id = 20;
+	wr.opcode = KIWARP_WR_SEND;
+	sge = (struct kiwarp_sge){ (uintptr_t)k->buf, N, k->mr->stag };
+	ASSERT_EQ(kw_post_send(k->qp, &wr, 1), 1);
+	want_msgs = n0 + 2;
+	rp_read(&k->raw, rx, s, 10, got_msgs);
+	ASSERT_EQ(s->n, n0 + 2);
+	EXPECT_EQ(s->msg[n0 + 1].opcode, KW_OP_SEND);
+	EXPECT_MEMEQ(mem, k->buf, N);
+	fill(k->buf + N, N, 4);
+	wr.wr_id = 21;
+	wr.opcode = KIWARP_WR_RDMA_WRITE;
+	wr.rkey = 0x99;
+	wr.remote_addr = N;
+	sge = (struct kiwarp_sge){ (uintptr_t)k->buf + N, N, k->mr->stag };
+	ASSERT_EQ(kw_post_send(k->qp, &wr, 1), 1);
+	/* a zero-length Send after it tells when the Write is in */
+	wr.wr_id = 22;
+	wr.opcode = KIWARP_WR_SEND;
+	wr.num_sge = 0;
+	ASSERT_EQ(kw_post_send(k->qp, &wr, 1), 1);
+	want_msgs = n0 + 4;
+	rp_read(&k->raw, rx, s, 10, got_msgs);
+	EXPECT_FALSE(kw_rx_failed(rx));
+	EXPECT_FALSE(s->got_term);
+	ASSERT_EQ(s->n, n0 + 4);
+	EXPECT_EQ(s->msg[n0 + 2].opcode, KW_OP_WRITE);
+	EXPECT_MEMEQ(mem + N, k->buf + N, N);
+	s->mem = NULL;
+}
+
+/* The persona connects to kiwarp, a responder that did not ask for P2P
+ * (as kiwarp-rping's server, or any ULP with default parameters). */
+static void persona_initiator(int *kwt_fail, const struct persona *pe,
+			      bool crc)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req = { .rev = 2, .enhanced = true, .p2p = true,
+		.rtr = pe->offer, .ird = 16, .ord = 16,
+		.crc = crc || pe->crc_always }, rep;
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+	u8 use;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+					  .flags = crc ? KIWARP_CONN_CRC : 0 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	/* the persona's checks of the Reply */
+	EXPECT_FALSE(rep.reject);
+	EXPECT_TRUE(rep.enhanced);
+	ASSERT_TRUE(rep.p2p);
+	if (pe->exact_d)
+		EXPECT_EQ(rep.rtr, KW_RTR_READ);
+	/* D before C (irdma; cxgb4 wants D alone) */
+	use = rep.rtr & KW_RTR_READ ? KW_RTR_READ : rep.rtr & KW_RTR_WRITE;
+	ASSERT_NE(use, 0);
+	EXPECT_LE(rep.ord, req.ird);
+	EXPECT_EQ(rep.crc, req.crc);
+	note("%s -> kiwarp: Reply A=%d RTR %#x IRD %u ORD %u C=%d", pe->name,
+	     rep.p2p, rep.rtr, rep.ird, rep.ord, rep.crc);
+	k.raw.crc = req.crc || rep.crc;
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, k.raw.crc, 0);
+	ASSERT_EQ(persona_rtr(pe, &k.raw, use), 0);
+	if (use == KW_RTR_READ) {
+		/* the zero-length Read Response to the persona's sink */
+		want_msgs = 1;
+		rp_read(&k.raw, &rx, &s, 10, got_msgs);
+		ASSERT_EQ(s.n, 1);
+		EXPECT_EQ(s.msg[0].opcode, KW_OP_READ_RESP);
+		EXPECT_EQ(s.msg[0].len, 0);
+	}
+	exchange(kwt_fail, &k, &rx, &s, use == KW_RTR_READ ? 2 : 1);
+	kend_fini(&k);
+}
+
+/* kiwarp (P2P, any RTR) connects to the persona as responder. */
+static void persona_responder(int *kwt_fail, const struct persona *pe,
+			      bool crc)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .p2p = true };
+	struct kw_tx_msg m = { .opcode = KW_OP_READ_RESP };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2, .ird = 16, .ord = 16,
+		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0) };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	/* what the persona needs of a Request: A and a Read or Write RTR */
+	ASSERT_TRUE(req.enhanced);
+	ASSERT_TRUE(req.p2p);
+	ASSERT_TRUE(req.rtr & KW_RTR_READ);
+	/* irdma: D before C; cxgb4: always its own D */
+	rep.rtr = KW_RTR_READ;
+	rep.crc = req.crc || crc || pe->crc_always;
+	rep.ird = pe->reply_ird ? pe->reply_ird : 16;
+	rep.ord = req.ird < 16 ? req.ird : 16;
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_EQ(k.res.param.rtr, KIWARP_RTR_READ);
+	EXPECT_EQ(!!(k.res.param.flags & KIWARP_CONN_CRC), rep.crc);
+	EXPECT_EQ(k.res.param.ord, 16);	/* min(16, the persona's IRD) */
+	note("kiwarp -> %s: Request RTR %#x IRD %u ORD %u C=%d", pe->name,
+	     req.rtr, req.ird, req.ord, req.crc);
+	k.raw.crc = rep.crc;
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, k.raw.crc, 0);
+	/* kiwarp's RTR: the zero-length Read Request */
+	want_msgs = 1;
+	rp_read(&k.raw, &rx, &s, 10, got_msgs);
+	ASSERT_EQ(s.n, 1);
+	EXPECT_EQ(s.msg[0].opcode, KW_OP_READ_REQ);
+	/* the persona answers it: a zero-length Read Response to its sink */
+	m.stag = 1;	/* kiwarp's RTR sink STag (as siw and the RNICs) */
+	m.to = 0;
+	ASSERT_EQ(rp_send(&k.raw, &m, NULL, 0), 0);
+	exchange(kwt_fail, &k, &rx, &s, 1);
+	kend_fini(&k);
+}
+
+TEST(irdma_initiator) { persona_initiator(kwt_fail, &irdma, true); }
+TEST(irdma_initiator_kiwarp_no_crc) { persona_initiator(kwt_fail, &irdma, false); }
+TEST(irdma_responder) { persona_responder(kwt_fail, &irdma, true); }
+TEST(irdma_responder_kiwarp_no_crc) { persona_responder(kwt_fail, &irdma, false); }
+TEST(cxgb4_initiator_crc) { persona_initiator(kwt_fail, &cxgb4, true); }
+TEST(cxgb4_initiator_no_crc) { persona_initiator(kwt_fail, &cxgb4, false); }
+TEST(cxgb4_responder_crc) { persona_responder(kwt_fail, &cxgb4, true); }
+TEST(cxgb4_responder_no_crc) { persona_responder(kwt_fail, &cxgb4, false); }
