@@ -258,7 +258,13 @@ static void rx_fail_term(struct kw_rx *rx)
 	rx->term.has_len = false;
 	rx->term.has_ddp_hdr = false;
 	rx->term.has_rdmap_hdr = false;
-	if (rx->term.layer == KW_TERM_LAYER_LLP || rx->bad_len < 3)
+	/*
+	 * RFC 5040 section 4.8: "The DDP Header is not present if the
+	 * Terminate Error Type is a Local Catastrophic Error" (RDMAP or DDP
+	 * error type 0); LLP errors carry no headers either.
+	 */
+	if (rx->term.layer == KW_TERM_LAYER_LLP || rx->bad_len < 3 ||
+	    rx->term.etype == KW_TERM_RDMAP_ETYPE_CATASTROPHIC)
 		return;
 	hlen = (rx->bad[2] & KW_DDP_FLAG_TAGGED) ? KW_DDP_TAGGED_HDR_LEN :
 						     KW_DDP_UNTAGGED_HDR_LEN;
@@ -373,6 +379,7 @@ static bool rx_untagged(struct kw_rx *rx, u32 len)
 {
 	const struct kw_ddp_hdr *h = &rx->h;
 	u32 want_qn, i, sum = 0;
+	int ret;
 
 	rx->buf = NULL;
 	/* RFC 5041 section 7.2: RDMAP defines queues 0, 1 and 2 only */
@@ -431,7 +438,10 @@ static bool rx_untagged(struct kw_rx *rx, u32 len)
 		return true;
 	}
 	/* RFC 5041 section 7.2: no posted buffer for this MSN */
-	if (rx->ops->get_rx_buf(rx->ctx, h->msn, &rx->buf) || !rx->buf) {
+	ret = rx->ops->get_rx_buf(rx->ctx, h->msn, &rx->buf);
+	if (ret == -EFAULT)
+		goto local;	/* one is posted, but unusable */
+	if (ret || !rx->buf) {
 		rx->buf = NULL;
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
 			 KW_TERM_DDP_U_INV_MSN_NOBUF);
@@ -449,7 +459,16 @@ static bool rx_untagged(struct kw_rx *rx, u32 len)
 		sum += rx->buf->sge[i].len;
 	if (sum != rx->buf->total)
 		goto local;
-	/* RFC 5041 section 7.2: message too long for the buffer */
+	/*
+	 * RFC 5041 section 7.1 check 3, the MO within the buffer, is "Invalid
+	 * MO" (section 7.2); an MO inside with a segment running past the
+	 * end, "DDP Message too long".
+	 */
+	if (h->mo > rx->buf->total || (h->mo == rx->buf->total && len)) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
+			 KW_TERM_DDP_U_INV_MO);
+		return false;
+	}
 	if ((u64)h->mo + len > rx->buf->total) {
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
 			 KW_TERM_DDP_U_MSG_TOO_LONG);

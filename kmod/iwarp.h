@@ -424,7 +424,9 @@ struct kw_rx_ops {
 			   struct kw_mr_view *mr);
 	/*
 	 * Untagged QN 0: the posted receive buffer for message msn (the glue
-	 * keeps it for the whole message). -ENOENT if none is posted.
+	 * keeps it for the whole message). -ENOENT if none is posted;
+	 * -EFAULT if the one posted is unusable (the local side's fault:
+	 * RDMAP local catastrophic error instead of "no buffer").
 	 */
 	int (*get_rx_buf)(void *ctx, u32 msn, const struct kw_rx_buf **buf);
 	/* Copy len payload bytes to byte `off` of MR `cookie` (off relative

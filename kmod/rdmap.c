@@ -169,10 +169,14 @@ int kw_term_decode(const u8 *payload, u32 len, struct kw_term *t)
 	/* RFC 5040 section 4.8: layers 0 (RDMAP), 1 (DDP), 2 (LLP) */
 	if (t->layer > KW_TERM_LAYER_LLP)
 		return -EPROTO;
-	if ((t->has_ddp_hdr && !t->has_len) ||
-	    (t->has_rdmap_hdr && !t->has_ddp_hdr))
+	/*
+	 * RFC 5040 section 4.8: the DDP Segment Length "MUST be valid if the
+	 * M bit is set. It MUST be present when the D bit is set": D without
+	 * M is legal, the length field is there but not meaningful.
+	 */
+	if (t->has_rdmap_hdr && !t->has_ddp_hdr)
 		return -EPROTO;
-	if (t->has_len)
+	if (t->has_len || t->has_ddp_hdr)
 		need += 2;
 	if (t->has_ddp_hdr) {
 		if (len < need + 1)

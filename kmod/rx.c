@@ -102,10 +102,11 @@ static int rx_get_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
 		goto none;
 	wr = &qp->rq_wr[idx & (qp->rq.entries - 1)];
 	if (wr->status != KIWARP_WC_SUCCESS) {
-		/* A bad receive WR: it completes in error, the message has
-		 * no buffer. */
+		/* A bad receive WR: it completes in error, and the fault is
+		 * ours, not the peer's (RDMAP local catastrophic error). */
 		kw_qp_rq_complete(qp, idx, wr->status, 0, 0, 0);
-		goto none;
+		spin_unlock_bh(&qp->lock);
+		return -EFAULT;
 	}
 	memset(&qp->rx_buf, 0, sizeof(qp->rx_buf));
 	for (i = 0; i < wr->wqe.num_sge; i++) {

@@ -164,7 +164,10 @@ TEST(term_decode_malformed)
 
 	EXPECT_EQ(kw_term_decode(short3, 3, &d), -EPROTO);
 	EXPECT_EQ(kw_term_decode(layer3, 4, &d), -EPROTO);
-	EXPECT_EQ(kw_term_decode(d_no_m, 24, &d), -EPROTO);
+	/* D without M is legal (RFC 5040 section 4.8): test_rx's
+	 * terminate_d_without_m */
+	EXPECT_EQ(kw_term_decode(d_no_m, 24, &d), 0);
+	EXPECT_TRUE(d.has_ddp_hdr);
 	EXPECT_EQ(kw_term_decode(r_no_d, 40, &d), -EPROTO);
 	/* reserved bits ignored */
 	ASSERT_EQ(kw_term_decode(rsvd, 4, &d), 0);

@@ -207,6 +207,8 @@ static void mut_qn1(u8 *p) { put_unaligned_be32(1, p + 8); }
 static void mut_msn2(u8 *p) { put_unaligned_be32(2, p + 12); }
 static void mut_mo4(u8 *p) { put_unaligned_be32(4, p + 16); }
 static void mut_mo100(u8 *p) { put_unaligned_be32(100, p + 16); }
+static void mut_mo200(u8 *p) { put_unaligned_be32(200, p + 16); }
+static void mut_mo110(u8 *p) { put_unaligned_be32(110, p + 16); }
 static void mut_len13(u8 *p) { put_unaligned_be16(13, p); }
 
 TEST(term_ddp_version_tagged)
@@ -351,6 +353,36 @@ TEST(term_msg_too_long)
 	EXPECT_TERM(&tr, 1, 2, 5);
 }
 
+/* RFC 5041 sections 7.1 (check 3) and 7.2: an MO outside the buffer is
+ * "Invalid MO", not "Message too long" */
+TEST(term_mo_outside_buffer)
+{
+	struct kw_tx_msg m = msg_send(1, 20, false);
+
+	run_one(&m, pattern, mut_mo200, NULL);
+	EXPECT_TERM(&tr, 1, 2, 4);
+	EXPECT_EQ(tr.w.nplace, 0);
+	/* at the very end, with bytes to place */
+	run_one(&m, pattern, mut_mo110, NULL);
+	EXPECT_TERM(&tr, 1, 2, 4);
+}
+
+/* Our own posted buffer is unusable: RDMAP local catastrophic, without the
+ * DDP header (RFC 5040 section 4.8), not DDP "no buffer" (the peer's) */
+TEST(term_bad_posted_buffer_is_local)
+{
+	struct kw_tx_msg m = msg_send(1, 8, false);
+	struct world w;
+
+	world_init(&w);
+	w.rbuf_err = -EFAULT;
+	run_one(&m, pattern, NULL, &w);
+	EXPECT_TERM(&tr, 0, 0, 0);
+	EXPECT_FALSE(tr.rx.term.has_len);
+	EXPECT_FALSE(tr.rx.term.has_ddp_hdr);
+	EXPECT_EQ(tr.w.nplace, 0);
+}
+
 TEST(term_sge_without_local_write)
 {
 	struct kw_tx_msg m = msg_send(1, 50, false);
@@ -360,6 +392,8 @@ TEST(term_sge_without_local_write)
 	w.rbuf.sge[1].mr.access = KW_ACC_REMOTE_READ;
 	run_one(&m, pattern, NULL, &w);
 	EXPECT_TERM(&tr, 0, 0, 0);
+	EXPECT_FALSE(tr.rx.term.has_len);	/* local: no headers */
+	EXPECT_FALSE(tr.rx.term.has_ddp_hdr);
 	EXPECT_EQ(tr.w.nplace, 0);
 	/* only SGE 0 touched: fine */
 	m.len = 10;
@@ -602,6 +636,24 @@ TEST(terminate_message_received)
 	EXPECT_EQ(d.etype, 1);
 	EXPECT_TRUE(d.has_ddp_hdr);
 	EXPECT_EQ(tr.rx.msn[2], 2);
+}
+
+/* RFC 5040 section 4.8: D with M clear is legal (the length field is
+ * present, not valid); the peer's layer/type/code are read as sent */
+TEST(terminate_d_without_m)
+{
+	u8 body[4 + 2 + KW_DDP_UNTAGGED_HDR_LEN] = { 0x12, 0x05, 0x40, 0 };
+	struct kw_term d;
+
+	body[6] = 0x41;		/* an untagged DDP header follows */
+	ASSERT_EQ(kw_term_decode(body, sizeof(body), &d), 0);
+	EXPECT_EQ(d.layer, 1);
+	EXPECT_EQ(d.etype, 2);
+	EXPECT_EQ(d.ecode, 5);
+	EXPECT_FALSE(d.has_len);
+	EXPECT_TRUE(d.has_ddp_hdr);
+	/* too short for the length field and header it announces */
+	EXPECT_EQ(kw_term_decode(body, 8, &d), -EPROTO);
 }
 
 TEST(term_terminate_too_short)

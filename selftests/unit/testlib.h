@@ -18,6 +18,7 @@ struct world {
 	int nmr;
 	struct kw_rx_buf rbuf;
 	bool have_rbuf;
+	int rbuf_err;		/* get_rx_buf's error when set */
 	int nplace, nlookup, nget;
 	int nseg;
 	struct kw_ddp_hdr seg[W_SEG];
@@ -49,6 +50,8 @@ static __attribute__((unused)) int w_get_rx_buf(void *ctx, u32 msn, const struct
 
 	(void)msn;
 	w->nget++;
+	if (w->rbuf_err)
+		return w->rbuf_err;
 	if (!w->have_rbuf)
 		return -ENOENT;
 	*buf = &w->rbuf;

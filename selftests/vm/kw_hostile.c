@@ -567,6 +567,56 @@ TEST(tiny_read_responses_pack_densely)
 	write_sysctl("/proc/sys/net/core/wmem_max", wmax, NULL);
 }
 
+/*
+ * A Send arrives for a receive WR the application posted with a bad lkey:
+ * the fault is kiwarp's side, so the Terminate is RDMAP local catastrophic
+ * (0/0/0) without the DDP header (RFC 5040 section 4.8), not DDP "no
+ * buffer" (1/2/2), which blames the peer; the WR completes in error.
+ */
+TEST(send_into_bad_receive_wr)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t pl[64], wire[256], *e;
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 5, .sg_list = &sge, .num_sge = 1 };
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = sizeof(pl),
+			       .msn = 1 };
+	struct rp p;
+	struct kw_rx rx;
+	struct kiwarp_cqe cqe;
+	int i, n = 0;
+
+	setup(&k, false, kwt_fail);
+	p = (struct rp){ k.raw, k.crc };
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, KBUF, 0x7fff00 };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	/* one write: kiwarp may reset the stream once it has terminated */
+	e = raw_build(&k, &m, pl, wire);
+	ASSERT_TRUE(e != NULL);
+	ASSERT_EQ(writen(k.raw, wire, e - wire), 0);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, k.crc, 0);
+	rp_read(&p, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
+	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
+	EXPECT_EQ(s.term.ecode, 0);
+	EXPECT_FALSE(s.term.has_len);
+	EXPECT_FALSE(s.term.has_ddp_hdr);
+	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+		       0, kwt_fail);
+	for (i = 0; i < 100 && !n; i++) {
+		n = kw_poll_cq(k.cq, 1, &cqe);
+		if (!n)
+			usleep(10000);
+	}
+	ASSERT_EQ(n, 1);
+	EXPECT_EQ(cqe.wr_id, 5);
+	EXPECT_NE(cqe.status, KIWARP_WC_SUCCESS);
+	kend_fini(&k);
+}
+
 /* The peer dies mid-message: the posted receive is flushed. */
 TEST(peer_closes_mid_message)
 {
