@@ -85,9 +85,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			.ord = req.ord };
 		struct kw_mpa_result r2;
 
-		/* the initiator that sent this Request accepts our Reply */
-		if (req.markers ||
-		    kw_mpa_negotiate_initiator(&ini, &d, &r2))
+		/*
+		 * The initiator that sent this Request accepts our Reply,
+		 * unless it offered no RTR type we take: then the Reply
+		 * names one we do and that initiator terminates with 2/0/7
+		 * (RFC 6581 section 9.2).
+		 */
+		if (req.markers)
+			abort();
+		rv = kw_mpa_negotiate_initiator(&ini, &d, &r2);
+		if (d.p2p && !(d.rtr & req.rtr)) {
+			if (rv != -EPROTO ||
+			    r2.term != KW_TERM_LLP_NO_MATCHING_RTR)
+				abort();
+			return 0;
+		}
+		if (rv)
 			abort();
 		if (r2.crc != res.crc || r2.rtr != res.rtr ||
 		    r2.p2p != res.p2p || r2.rev != res.rev)
