@@ -632,11 +632,14 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	/*
 	 * Abortive (RST) only with work requests still outstanding; a
 	 * drained QP, also one closed in order or already flushed by an
-	 * error, ends the stream with a FIN.
+	 * error, ends the stream with a FIN. After a Reject a handed-in
+	 * socket goes back open (cm_reject()).
 	 */
-	if (qp->sq_compl != qp->sq_pulled)
-		sock_no_linger(sock->sk);
-	kw_cm_shutdown(qp);
+	if (!(qp->sock_keep_open && qp->sock_file)) {
+		if (qp->sq_compl != qp->sq_pulled)
+			sock_no_linger(sock->sk);
+		kw_cm_shutdown(qp);
+	}
 	if (qp->sock_file) {
 		lock_sock(sock->sk);
 		WRITE_ONCE(sock->ops, qp->sock_ops);
@@ -715,6 +718,20 @@ static void cm_fail(struct kw_qp *qp)
 	mutex_unlock(&qp->tx_mutex);
 	/* ERROR flushes what was posted before the connection (receives) */
 	kw_qp_set_error(qp);
+}
+
+/*
+ * A Reject sent or received: RFC 5044 section 7.1.2 (rules 2 and 3) has
+ * MPA exit "leaving the TCP connection open. The ULP may close TCP or use
+ * the connection for other purposes." A socket the caller handed in goes
+ * back to its fd open, its bytes after the MPA frames unread; one kiwarp
+ * created has no other user and is closed. The QP goes to ERROR.
+ */
+static void cm_reject(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->cm_lock);
+	qp->sock_keep_open = true;
+	cm_fail(qp);
 }
 
 /*
@@ -1054,6 +1071,10 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 		goto out_fail;
 	got_rep = true;
 	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
+	if (ret == -ECONNREFUSED) {
+		cm_reject(qp);
+		goto out_unlock;
+	}
 	if (ret) {
 		if (res.term)
 			cm_send_llp_term(qp, &res);
@@ -1292,9 +1313,10 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 	if (ret)
 		goto out_fail;
 	if (rep.reject) {
-		/* Rejected (by the caller or by negotiation): close. */
+		/* Rejected (by the caller or by negotiation) */
 		ret = nego ? nego : 0;
-		goto out_fail;
+		cm_reject(qp);
+		goto out_unlock;
 	}
 	result_to_param(&res, &arg->result);
 	ret = go_rts(qp, &res, false);

@@ -107,6 +107,8 @@ struct kw_qp {
 	bool cm_busy;		/* ACCEPT waits for a connection (cm_lock) */
 	struct socket *sock;	/* see "Sockets" above */
 	struct file *sock_file;	/* non-NULL if the socket came from a user fd */
+	bool sock_keep_open;	/* release it without shutting it down
+				 * (a Reject; under cm_lock) */
 	const struct proto_ops *sock_ops;	/* its own ops (we swapped them) */
 	kuid_t sock_uid;	/* charged for a socket we created */
 	void (*saved_data_ready)(struct sock *sk);

@@ -740,3 +740,82 @@ TEST(cxgb4_initiator_crc) { persona_initiator(kwt_fail, &cxgb4, true); }
 TEST(cxgb4_initiator_no_crc) { persona_initiator(kwt_fail, &cxgb4, false); }
 TEST(cxgb4_responder_crc) { persona_responder(kwt_fail, &cxgb4, true); }
 TEST(cxgb4_responder_no_crc) { persona_responder(kwt_fail, &cxgb4, false); }
+
+/* ------------------------------------------------------------ Reject */
+
+static void *k_reject(void *arg)
+{
+	struct kend *k = arg;
+
+	k->ret = kw_accept(k->qp, k->sock, NULL, 5000, &k->req);
+	if (!k->ret)
+		k->ret = kw_accept_reply(k->qp, KIWARP_REPLY_REJECT, &k->param,
+					 "no", 2, &k->res);
+	return NULL;
+}
+
+/* Both ends of a plain TCP connection still work both ways. */
+static void stream_still_open(int *kwt_fail, struct kend *k)
+{
+	char b[8] = { 0 };
+
+	ASSERT_EQ(writen(k->raw.fd, "ping", 4), 0);
+	ASSERT_EQ(readn(k->sock, b, 4, 5000), 0);
+	EXPECT_EQ(memcmp(b, "ping", 4), 0);
+	ASSERT_EQ(writen(k->sock, "pong", 4), 0);
+	ASSERT_EQ(readn(k->raw.fd, b, 4, 5000), 0);
+	EXPECT_EQ(memcmp(b, "pong", 4), 0);
+}
+
+/*
+ * RFC 5044 section 7.1.2 rules 2 and 3: after a Reject "the
+ * implementation MUST exit MPA, leaving the TCP connection open. The ULP
+ * may close TCP or use the connection for other purposes." kiwarp, the
+ * responder, rejects; the socket its ULP handed in is the ULP's again.
+ */
+TEST(reject_sent_leaves_socket_open)
+{
+	static struct kend k;
+	struct kw_mpa_cfg cfg = { .rev = 2, .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req, rep;
+	struct kiwarp_query_qp q;
+	uint8_t pd[KW_MPA_MAX_PD];
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_reject, &k), 0);
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(k.ret, 0);
+	EXPECT_TRUE(rep.reject);
+	EXPECT_EQ(rep.ulp_pd_len, 2);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	stream_still_open(kwt_fail, &k);
+	kend_fini(&k);
+}
+
+/* The same with kiwarp as the initiator that gets the Reject. */
+TEST(reject_received_leaves_socket_open)
+{
+	static struct kend k;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .reject = true, .ird = 4, .ord = 4 };
+	uint8_t pd[KW_MPA_MAX_PD];
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	EXPECT_EQ(k.ret, -ECONNREFUSED);
+	stream_still_open(kwt_fail, &k);
+	kend_fini(&k);
+}
