@@ -213,6 +213,39 @@ static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
 }
 
 /*
+ * RFC 5040 section 7.1: an error found while building a request (a bad
+ * lkey or SGE, a Local Invalidate that fails) or the loss of a CQ is sent
+ * to the peer as a Terminate "instead of the request": RDMAP, local
+ * catastrophic (0/0/0), without headers (section 4.8). The QP goes to
+ * TERMINATE; err_work lets tx_work send the Terminate before ERROR (only
+ * a connected QP has a stream to send it on).
+ */
+static void local_error_locked(struct kw_qp *qp)
+{
+	struct kw_term t = { .layer = KW_TERM_LAYER_RDMAP,
+			     .etype = KW_TERM_RDMAP_ETYPE_CATASTROPHIC };
+	int len;
+
+	lockdep_assert_held(&qp->lock);
+	if (qp->state >= KIWARP_QPS_TERMINATE)
+		return;
+	if (!qp->term_sent.valid && (qp->state == KIWARP_QPS_RTS ||
+				     qp->state == KIWARP_QPS_CLOSING)) {
+		len = kw_term_encode(&t, NULL, 0, qp->term_buf);
+		if (len > 0) {
+			qp->term_sent = (struct kiwarp_term_info){
+				.valid = 1, .layer = t.layer,
+				.etype = t.etype, .ecode = t.ecode,
+			};
+			qp->term_len = len;
+			qp->term_pending = true;
+		}
+	}
+	qp->state = KIWARP_QPS_TERMINATE;
+	kw_qp_queue(qp, &qp->err_work);
+}
+
+/*
  * Publish a CQE. Callers first release the WR's ring slot (store the
  * consumer index), so that a completion seen by user space always means
  * its slot can be reposted.
@@ -223,12 +256,9 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
 	lockdep_assert_held(&qp->lock);
 	if (qp->cq_detached)
 		return;		/* destroyed: the CQ may serve others now */
-	if (kw_cq_post(cq, cqe, solicited || cqe->status) &&
-	    qp->state != KIWARP_QPS_ERROR) {
-		/* CQ overrun: the QP cannot report further completions */
-		qp->state = KIWARP_QPS_TERMINATE;
-		kw_qp_queue(qp, &qp->err_work);
-	}
+	/* CQ overrun: the QP cannot report further completions */
+	if (kw_cq_post(cq, cqe, solicited || cqe->status))
+		local_error_locked(qp);
 }
 
 /*
@@ -278,10 +308,8 @@ static void sq_complete_locked(struct kw_qp *qp)
 		if (signal)
 			post_cqe(qp, qp->scq, &cqe, false);
 	}
-	if (failed && qp->state < KIWARP_QPS_TERMINATE) {
-		qp->state = KIWARP_QPS_TERMINATE;
-		kw_qp_queue(qp, &qp->err_work);
-	}
+	if (failed)
+		local_error_locked(qp);
 	/* An orderly close waits for the last completion: let tx_work
 	 * see that the send queue drained (it finishes the close). */
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled)

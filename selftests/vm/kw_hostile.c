@@ -617,6 +617,53 @@ TEST(send_into_bad_receive_wr)
 	kend_fini(&k);
 }
 
+/*
+ * kiwarp's application posts a Send with a bad lkey: RFC 5040 section 7.1
+ * sends the Terminate "instead of the request" (RDMAP local catastrophic,
+ * 0/0/0, no headers) rather than just closing the stream; the WR fails
+ * with a local protection error.
+ */
+TEST(bad_send_wr_sends_terminate)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kiwarp_sge sge = { 0, 16, 0x7fff00 };
+	struct kw_send_wr wr = { .wr_id = 3, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct rp p;
+	struct kw_rx rx;
+	struct kiwarp_cqe cqe;
+	int i, n = 0;
+
+	setup(&k, false, kwt_fail);
+	p = (struct rp){ k.raw, k.crc };
+	/* the first FPDU lifts kiwarp's responder fence */
+	ASSERT_EQ(rp_send_rtr(&p, KW_OP_WRITE), 0);
+	sge.addr = (uintptr_t)k.buf;
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, k.crc, 0);
+	rp_read(&p, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.n, 1);		/* the Terminate, not the Send */
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
+	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
+	EXPECT_EQ(s.term.ecode, 0);
+	EXPECT_FALSE(s.term.has_len);
+	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+		       0, kwt_fail);
+	for (i = 0; i < 100 && !n; i++) {
+		n = kw_poll_cq(k.cq, 1, &cqe);
+		if (!n)
+			usleep(10000);
+	}
+	ASSERT_EQ(n, 1);
+	EXPECT_EQ(cqe.wr_id, 3);
+	EXPECT_EQ(cqe.status, KIWARP_WC_LOC_PROT_ERR);
+	kend_fini(&k);
+}
+
 /* The peer dies mid-message: the posted receive is flushed. */
 TEST(peer_closes_mid_message)
 {

@@ -1664,6 +1664,20 @@ static void cq_overrun(int *kwt_fail, void *arg)
 		EXPECT_EQ(cqe.wr_id, 78);
 	}
 	EXPECT_EQ(wait_state(p.a.qp, KIWARP_QPS_ERROR, 5), KIWARP_QPS_ERROR);
+	/* RFC 5040 section 7.1: a told b with a Terminate, local
+	 * catastrophic (0/0/0), not just by closing the stream */
+	EXPECT_EQ(wait_state(p.b.qp, KIWARP_QPS_ERROR, 5), KIWARP_QPS_ERROR);
+	{
+		struct kiwarp_query_qp q;
+
+		ASSERT_EQ(kw_query_qp(p.b.qp, &q), 0);
+		EXPECT_TRUE(q.term_rcvd.valid);
+		EXPECT_EQ(q.term_rcvd.layer, 0);
+		EXPECT_EQ(q.term_rcvd.etype, 0);
+		EXPECT_EQ(q.term_rcvd.ecode, 0);
+		ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+		EXPECT_TRUE(q.term_sent.valid);
+	}
 	EXPECT_EQ(kw_destroy_qp(x), 0);
 	pair_fini(&p);
 }
