@@ -220,7 +220,7 @@ static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
  * TERMINATE; err_work lets tx_work send the Terminate before ERROR (only
  * a connected QP has a stream to send it on).
  */
-static void local_error_locked(struct kw_qp *qp)
+void kw_qp_local_error_locked(struct kw_qp *qp)
 {
 	struct kw_term t = { .layer = KW_TERM_LAYER_RDMAP,
 			     .etype = KW_TERM_RDMAP_ETYPE_CATASTROPHIC };
@@ -258,7 +258,7 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
 		return;		/* destroyed: the CQ may serve others now */
 	/* CQ overrun: the QP cannot report further completions */
 	if (kw_cq_post(cq, cqe, solicited || cqe->status))
-		local_error_locked(qp);
+		kw_qp_local_error_locked(qp);
 }
 
 /*
@@ -309,7 +309,7 @@ static void sq_complete_locked(struct kw_qp *qp)
 			post_cqe(qp, qp->scq, &cqe, false);
 	}
 	if (failed)
-		local_error_locked(qp);
+		kw_qp_local_error_locked(qp);
 	/* An orderly close waits for the last completion: let tx_work
 	 * see that the send queue drained (it finishes the close). */
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled)

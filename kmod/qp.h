@@ -230,6 +230,9 @@ void kw_qp_put(struct kw_qp *qp);
 void kw_qp_set_error(struct kw_qp *qp);
 void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 			 u8 status);
+/* A local error (RFC 5040 7.1): Terminate 0/0/0, then ERROR. Caller holds
+ * qp->lock. */
+void kw_qp_local_error_locked(struct kw_qp *qp);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
 bool kw_qp_sq_complete(struct kw_qp *qp);

@@ -561,9 +561,17 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		struct kw_read_req rr;
 		struct kw_orq *o;
 
-		if (wr->done) {		/* failed validation: skip */
+		if (wr->done) {		/* failed validation at pull */
 			qp->sq_tx++;
-			continue;
+			goto local_error;
+		}
+		if (w->opcode == KIWARP_WR_RDMA_READ && !qp->orq_size) {
+			/* ORD 0 (the peer's IRD was 0): no Reads at all
+			 * (RFC 5040 section 6.1, RFC 6581 section 9.1) */
+			wr->status = KIWARP_WC_LOC_QP_OP_ERR;
+			wr->done = true;
+			qp->sq_tx++;
+			goto local_error;
 		}
 		if (w->opcode == KIWARP_WR_RDMA_READ &&
 		    qp->orq_tail - qp->orq_head >= qp->orq_size)
@@ -579,6 +587,8 @@ static bool tx_pick_sq(struct kw_qp *qp)
 				KIWARP_WC_LOC_PROT_ERR : KIWARP_WC_SUCCESS;
 			wr->done = true;
 			qp->tx_local_done = true;
+			if (wr->status != KIWARP_WC_SUCCESS)
+				goto local_error;
 			continue;
 		case KIWARP_WR_SEND:
 		case KIWARP_WR_SEND_SE:
@@ -641,6 +651,18 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		wr->await_ack = !qp->tx_copy;
 		return true;
 	}
+	return false;
+
+local_error:
+	/*
+	 * RFC 5040 section 7.1: a request that cannot be built is answered
+	 * with a Terminate "instead of the request", and nothing posted
+	 * after it goes out: the QP stops here (TERMINATE), the WR completes
+	 * in error (tx_local_done) and err_work has tx_work send the
+	 * Terminate.
+	 */
+	qp->tx_local_done = true;
+	kw_qp_local_error_locked(qp);
 	return false;
 }
 

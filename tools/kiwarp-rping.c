@@ -36,8 +36,13 @@
 #include "kiwarp.h"
 
 #define PING_FMT	"rdma-ping-%d: "
-/* rping's minimum: sizeof("0x7fffffff") + sizeof(PING_FMT) */
-#define MIN_SIZE	(11 + (int)sizeof(PING_FMT))
+/*
+ * rping's minimum, as Debian's rping computes it: sizeof the unexpanded
+ * stringified "INT_MAX" + sizeof(PING_FMT) = 8 + 15 = 23 ("valid range is
+ * 23 to 65536"). A ping number too long for the buffer is cut by
+ * snprintf, as in rping.
+ */
+#define MIN_SIZE	((int)sizeof("INT_MAX") + (int)sizeof(PING_FMT))
 #define MAX_SIZE	(64 * 1024 - 1)
 
 struct info {

@@ -288,7 +288,7 @@ fi
 if group rping; then
 	RPING=$top/tools/kiwarp-rping
 	load_siw rev2-crc0-p2p0
-	for size in 26 64 4096 65535; do
+	for size in 23 64 4096 65535; do	# 23: both tools' minimum
 		for mode in siw-server kw-server; do
 			port=$((port + 1))
 			log=$RES/rping-$port

@@ -819,3 +819,55 @@ TEST(reject_received_leaves_socket_open)
 	stream_still_open(kwt_fail, &k);
 	kend_fini(&k);
 }
+
+/*
+ * The responder's IRD is 0: kiwarp's ORD is 0 and it issues no Read (RFC
+ * 5040 section 6.1; before, ORD 0 still allowed one). A Read posted anyway
+ * fails locally; RFC 5040 section 7.1: the Terminate (0/0/0) goes out
+ * instead of it, and nothing posted after it (a Send) is sent.
+ */
+TEST(ord_zero_means_no_reads)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .ird = 0, .ord = 4 };
+	struct kiwarp_sge sge;
+	struct kw_send_wr rd = { .wr_id = 1, .opcode = KIWARP_WR_RDMA_READ,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge, .rkey = 0x42 };
+	struct kw_send_wr snd = { .wr_id = 2, .opcode = KIWARP_WR_SEND,
+				  .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				  .sg_list = &sge };
+	struct kiwarp_cqe e;
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	EXPECT_EQ(k.res.param.ord, 0);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 64, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &rd, 1), 1);
+	ASSERT_EQ(kw_post_send(k.qp, &snd, 1), 1);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.n, 1);		/* no Read Request, no Send */
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
+	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
+	ASSERT_EQ(kw_wait_one(k.cq, &e), 1);
+	EXPECT_EQ(e.wr_id, 1);
+	EXPECT_EQ(e.status, KIWARP_WC_LOC_QP_OP_ERR);
+	ASSERT_EQ(kw_wait_one(k.cq, &e), 1);
+	EXPECT_EQ(e.wr_id, 2);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	kend_fini(&k);
+}
