@@ -643,6 +643,9 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	if (qp->sock_file) {
 		lock_sock(sock->sk);
 		WRITE_ONCE(sock->ops, qp->sock_ops);
+		/* after a Reject the application may go on using it */
+		sock->sk->sk_rcvtimeo = qp->sock_rcvtimeo;
+		sock->sk->sk_sndtimeo = qp->sock_sndtimeo;
 		release_sock(sock->sk);
 		module_put(THIS_MODULE);	/* take_sock()'s */
 		fput(qp->sock_file);
@@ -887,6 +890,8 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	qp->sock_file = file;
 	qp->sock_uid = uid;
 	qp->sock_ops = orig;
+	qp->sock_rcvtimeo = sk->sk_rcvtimeo;	/* set_timeouts() changes */
+	qp->sock_sndtimeo = sk->sk_sndtimeo;
 out_release:
 	release_sock(sk);
 out_unlock:

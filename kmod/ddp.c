@@ -461,10 +461,10 @@ static bool rx_untagged(struct kw_rx *rx, u32 len)
 		goto local;
 	/*
 	 * RFC 5041 section 7.1 check 3, the MO within the buffer, is "Invalid
-	 * MO" (section 7.2); an MO inside with a segment running past the
-	 * end, "DDP Message too long".
+	 * MO" (section 7.2); an MO inside (or at its end) with a segment
+	 * running past the end, "DDP Message too long", as siw reports it.
 	 */
-	if (h->mo > rx->buf->total || (h->mo == rx->buf->total && len)) {
+	if (h->mo > rx->buf->total) {
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
 			 KW_TERM_DDP_U_INV_MO);
 		return false;

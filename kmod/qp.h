@@ -109,6 +109,8 @@ struct kw_qp {
 	struct file *sock_file;	/* non-NULL if the socket came from a user fd */
 	bool sock_keep_open;	/* release it without shutting it down
 				 * (a Reject; under cm_lock) */
+	long sock_rcvtimeo, sock_sndtimeo;	/* a handed-in socket's own,
+						 * restored on release */
 	const struct proto_ops *sock_ops;	/* its own ops (we swapped them) */
 	kuid_t sock_uid;	/* charged for a socket we created */
 	void (*saved_data_ready)(struct sock *sk);

@@ -87,7 +87,7 @@ static int rx_get_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
 		*bufp = &qp->rx_buf;
 		return 0;
 	}
-	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_SEND) {
+	if (READ_ONCE(qp->rtr_wait) && qp->mpa.rtr == KW_RTR_SEND) {
 		*bufp = &rtr_buf;
 		return 0;
 	}
@@ -269,7 +269,7 @@ static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
 	e->req = r;
 	e->src = mr;
 	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_READ && !r.size)
-		qp->rtr_wait = false;
+		WRITE_ONCE(qp->rtr_wait, false);
 	spin_unlock_bh(&qp->lock);
 	kw_qp_kick_tx(qp);
 	return 0;
@@ -314,9 +314,9 @@ static int rx_send_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 	u8 flags = 0;
 	u32 inv = 0;
 
-	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_SEND) {
+	if (READ_ONCE(qp->rtr_wait) && qp->mpa.rtr == KW_RTR_SEND) {
 		/* The zero-length Send RTR consumes no receive WR. */
-		qp->rtr_wait = false;
+		WRITE_ONCE(qp->rtr_wait, false);
 		kw_qp_kick_tx(qp);
 		return 0;
 	}
@@ -364,8 +364,9 @@ static int rx_segment_op(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 	switch (h->opcode) {
 	case KW_OP_WRITE:
 		rx_mr_release(qp);
-		if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_WRITE && !placed) {
-			qp->rtr_wait = false;
+		if (READ_ONCE(qp->rtr_wait) && qp->mpa.rtr == KW_RTR_WRITE &&
+		    !placed) {
+			WRITE_ONCE(qp->rtr_wait, false);
 			kw_qp_kick_tx(qp);
 		}
 		return 0;
@@ -396,6 +397,17 @@ static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
 
 	/* A responder's first valid FPDU lifts its fence (go_rts()). */
 	if (!ret && READ_ONCE(qp->fenced)) {
+		/*
+		 * In P2P mode it must be the negotiated RTR (RFC 6581
+		 * section 9.2), which the handlers above took; anything else
+		 * would leave the responder waiting for an RTR that never
+		 * comes.
+		 */
+		if (READ_ONCE(qp->rtr_wait)) {
+			term(t, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
+			     KW_TERM_LLP_NO_MATCHING_RTR);
+			return -EPROTO;
+		}
 		WRITE_ONCE(qp->fenced, false);
 		kw_qp_kick_tx(qp);
 	}

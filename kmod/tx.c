@@ -712,7 +712,7 @@ static bool tx_pick(struct kw_qp *qp)
 			return true;
 		}
 	}
-	if (qp->rtr_wait || READ_ONCE(qp->fenced))
+	if (READ_ONCE(qp->rtr_wait) || READ_ONCE(qp->fenced))
 		return false;	/* responder: not a byte before the RTR,
 				 * or before the first FPDU */
 	if (qp->irq_head != qp->irq_tail) {

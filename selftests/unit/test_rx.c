@@ -362,9 +362,9 @@ TEST(term_mo_outside_buffer)
 	run_one(&m, pattern, mut_mo200, NULL);
 	EXPECT_TERM(&tr, 1, 2, 4);
 	EXPECT_EQ(tr.w.nplace, 0);
-	/* at the very end, with bytes to place */
+	/* at the very end, with bytes to place: too long */
 	run_one(&m, pattern, mut_mo110, NULL);
-	EXPECT_TERM(&tr, 1, 2, 4);
+	EXPECT_TERM(&tr, 1, 2, 5);
 }
 
 /* Our own posted buffer is unusable: RDMAP local catastrophic, without the

@@ -754,10 +754,17 @@ static void *k_reject(void *arg)
 	return NULL;
 }
 
-/* Both ends of a plain TCP connection still work both ways. */
+/* Both ends of a plain TCP connection still work both ways, and the
+ * socket kiwarp gave back has its own timeouts again (none). */
 static void stream_still_open(int *kwt_fail, struct kend *k)
 {
+	struct timeval tv = { 1, 1 };
+	socklen_t tl = sizeof(tv);
 	char b[8] = { 0 };
+
+	ASSERT_EQ(getsockopt(k->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl), 0);
+	EXPECT_EQ(tv.tv_sec, 0);
+	EXPECT_EQ(tv.tv_usec, 0);
 
 	ASSERT_EQ(writen(k->raw.fd, "ping", 4), 0);
 	ASSERT_EQ(readn(k->sock, b, 4, 5000), 0);
@@ -869,5 +876,48 @@ TEST(ord_zero_means_no_reads)
 	ASSERT_EQ(kw_wait_one(k.cq, &e), 1);
 	EXPECT_EQ(e.wr_id, 2);
 	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	kend_fini(&k);
+}
+
+/*
+ * P2P with the Read RTR negotiated, but the initiator's first FPDU is a
+ * Write with data: RFC 6581 section 9.2 wants the RTR first. kiwarp, the
+ * responder, terminates (LLP, no matching RTR, 2/0/7) instead of waiting
+ * forever for an RTR that never comes.
+ */
+TEST(p2p_first_fpdu_not_the_rtr)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	struct kw_mpa_cfg cfg = { .rev = 2, .p2p = true, .rtr = KW_RTR_READ,
+				  .ird = 8, .ord = 8 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 4 };
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kw_rx rx;
+	pthread_t t;
+
+	memset(&k, 0, sizeof(k));
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
+	ASSERT_EQ(res.rtr, KW_RTR_READ);
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf;
+	ASSERT_EQ(rp_send(&k.raw, &m, (const uint8_t *)"data", 0), 0);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
+	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
+	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_NO_MATCHING_RTR);
 	kend_fini(&k);
 }
