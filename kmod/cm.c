@@ -668,7 +668,6 @@ static void put_sock(struct socket *sock, struct file *file, kuid_t uid)
 	}
 }
 
-/* Connection setup failed: close, and the QP is of no further use. */
 /*
  * RFC 6581 section 8: a negotiation that fails once the Reply is in is
  * reported with an LLP Terminate (layer 2, type 0: MPA, code res->term)
@@ -713,6 +712,7 @@ static void cm_send_llp_term(struct kw_qp *qp, const struct kw_mpa_result *res)
 	cm_send(qp, wire, f.hdr_len + f.trailer_len);
 }
 
+/* Connection setup failed: close, and the QP is of no further use. */
 static void cm_fail(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->cm_lock);
