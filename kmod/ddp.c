@@ -43,7 +43,7 @@ int kw_ddp_hdr_decode(const u8 *p, u32 avail, struct kw_ddp_hdr *h,
 	 * receive, so they are deliberately ignored here.
 	 */
 
-	/* RFC 5041 section 4.2 / 7.2: DDP version must be 01b */
+	/* RFC 5041 section 4.1 / 7.2: DDP version must be 01b */
 	if ((ctrl & KW_DDP_VERSION_MASK) != KW_DDP_VERSION) {
 		set_term(term, KW_TERM_LAYER_DDP,
 			 h->tagged ? KW_TERM_DDP_ETYPE_TAGGED :
@@ -234,7 +234,7 @@ void kw_rx_init(struct kw_rx *rx, const struct kw_rx_ops *ops, void *ctx,
 	rx->crc = crc;
 	rx->pd = pd;
 	rx->state = KW_RX_HDR;
-	/* RFC 5041 section 5.1: the first MSN of every queue is 1 */
+	/* RFC 5041 section 4.3: the first MSN of every queue is 1 */
 	rx->msn[0] = rx->msn[1] = rx->msn[2] = 1;
 }
 
@@ -284,7 +284,7 @@ static void rx_error(struct kw_rx *rx, u8 layer, u8 etype, u8 ecode)
 	rx_fail_term(rx);
 }
 
-/* Tagged placement checks, RFC 5041 section 5.1/7.2 and RFC 5040 6.4 */
+/* Tagged placement checks, RFC 5041 section 5.1/7.2 and RFC 5040 7.2 */
 static bool rx_tagged(struct kw_rx *rx, u32 len)
 {
 	const struct kw_ddp_hdr *h = &rx->h;
@@ -306,7 +306,7 @@ static bool rx_tagged(struct kw_rx *rx, u32 len)
 			 KW_TERM_DDP_T_INV_STAG);
 		return false;
 	}
-	/* RFC 5040 section 6.4: an invalidated STag is an invalid STag */
+	/* RFC 5040 sections 5.3, 7.2: an invalidated STag is an invalid STag */
 	if (!rx->mr.valid) {
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
 			 KW_TERM_DDP_T_INV_STAG);

@@ -278,7 +278,7 @@ enum kw_term_layer {
 #define KW_TERM_DDP_U_MSG_TOO_LONG		0x05
 #define KW_TERM_DDP_U_INV_VERSION		0x06
 
-/* LLP (MPA) error codes, RFC 5044 section 8 + RFC 6581 section 7 (etype 0) */
+/* LLP (MPA) error codes, RFC 5044 section 8 + RFC 6581 section 8 (etype 0) */
 #define KW_TERM_LLP_ETYPE_MPA			0x0
 #define KW_TERM_LLP_STREAM_LOST			0x01	/* never sendable */
 #define KW_TERM_LLP_CRC				0x02
@@ -514,7 +514,7 @@ bool kw_rdmap_opcode_valid(u8 opcode, bool tagged);
 /* Decode a DDP/RDMAP header from p (hdr_len bytes available, at least 2 to
  * tell tagged from untagged). -EAGAIN if more bytes are needed, -EPROTO with
  * *term filled on a version/opcode violation. Reserved bits are ignored:
- * RFC 5041 section 4.2 and RFC 5040 section 4.1 say they are not checked
+ * RFC 5041 section 4.1 and RFC 5040 section 4.1 say they are not checked
  * on receive. */
 int kw_ddp_hdr_decode(const u8 *p, u32 avail, struct kw_ddp_hdr *h,
 		      struct kw_term *term);

@@ -325,7 +325,7 @@ static uint8_t *raw_build(struct kend *k, struct kw_tx_msg *m,
  * Write, Send with Invalidate of that STag, Write again, all in one TCP
  * segment (one pass of the receive path): the first Write lands, the
  * Send completes with the invalidation, and the second Write must be
- * refused as an invalid STag (RFC 5040 section 6.4) and place nothing.
+ * refused as an invalid STag (RFC 5040 sections 5.3, 7.2) and place nothing.
  * Guards the receive path against acting on an MR it looked up one FPDU
  * earlier (a per-pass STag cache was tried for speed; performance.md).
  */
