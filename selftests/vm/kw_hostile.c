@@ -131,21 +131,23 @@ static int raw_send(struct kend *k, struct kw_tx_msg *m, const uint8_t *payload,
 	return rp_send(&(struct rp){ k->raw, k->crc }, m, payload, corrupt);
 }
 
+/* What raw_expect_term() read, for tests that check more of it. */
+static struct rp_sink term_sink;
+
 /* Read kiwarp's bytes until its Terminate (or 10 s, or EOF). */
 static void raw_expect_term(struct kend *k, int layer, int etype, int ecode,
 			    int *kwt_fail)
 {
-	static struct rp_sink s;
 	struct rp p = { k->raw, k->crc };
 	struct kw_rx rx;
 
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, k->crc, 0);
-	rp_read(&p, &rx, &s, 10, NULL);
-	EXPECT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, layer);
-	EXPECT_EQ(s.term.etype, etype);
-	EXPECT_EQ(s.term.ecode, ecode);
+	memset(&term_sink, 0, sizeof(term_sink));
+	kw_rx_init(&rx, &rp_sink_ops, &term_sink, k->crc, 0);
+	rp_read(&p, &rx, &term_sink, 10, NULL);
+	EXPECT_TRUE(term_sink.got_term);
+	EXPECT_EQ(term_sink.term.layer, layer);
+	EXPECT_EQ(term_sink.term.etype, etype);
+	EXPECT_EQ(term_sink.term.ecode, ecode);
 }
 
 static void expect_qp_term(struct kend *k, int layer, int etype, int ecode,
@@ -576,42 +578,28 @@ TEST(tiny_read_responses_pack_densely)
 TEST(send_into_bad_receive_wr)
 {
 	static struct kend k;
-	static struct rp_sink s;
 	static uint8_t pl[64], wire[256], *e;
 	struct kiwarp_sge sge;
 	struct kw_recv_wr rw = { .wr_id = 5, .sg_list = &sge, .num_sge = 1 };
 	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = sizeof(pl),
 			       .msn = 1 };
-	struct rp p;
-	struct kw_rx rx;
 	struct kiwarp_cqe cqe;
-	int i, n = 0;
 
 	setup(&k, false, kwt_fail);
-	p = (struct rp){ k.raw, k.crc };
 	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, KBUF, 0x7fff00 };
 	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
 	/* one write: kiwarp may reset the stream once it has terminated */
 	e = raw_build(&k, &m, pl, wire);
 	ASSERT_TRUE(e != NULL);
 	ASSERT_EQ(writen(k.raw, wire, e - wire), 0);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, k.crc, 0);
-	rp_read(&p, &rx, &s, 10, NULL);
-	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
-	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
-	EXPECT_EQ(s.term.ecode, 0);
-	EXPECT_FALSE(s.term.has_len);
-	EXPECT_FALSE(s.term.has_ddp_hdr);
+	raw_expect_term(&k, KW_TERM_LAYER_RDMAP,
+			KW_TERM_RDMAP_ETYPE_CATASTROPHIC, 0, kwt_fail);
+	ASSERT_TRUE(term_sink.got_term);
+	EXPECT_FALSE(term_sink.term.has_len);
+	EXPECT_FALSE(term_sink.term.has_ddp_hdr);
 	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
 		       0, kwt_fail);
-	for (i = 0; i < 100 && !n; i++) {
-		n = kw_poll_cq(k.cq, 1, &cqe);
-		if (!n)
-			usleep(10000);
-	}
-	ASSERT_EQ(n, 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &cqe, 1), 0);
 	EXPECT_EQ(cqe.wr_id, 5);
 	EXPECT_NE(cqe.status, KIWARP_WC_SUCCESS);
 	kend_fini(&k);
@@ -626,39 +614,25 @@ TEST(send_into_bad_receive_wr)
 TEST(bad_send_wr_sends_terminate)
 {
 	static struct kend k;
-	static struct rp_sink s;
 	struct kiwarp_sge sge = { 0, 16, 0x7fff00 };
 	struct kw_send_wr wr = { .wr_id = 3, .opcode = KIWARP_WR_SEND,
 				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
 				 .sg_list = &sge };
-	struct rp p;
-	struct kw_rx rx;
 	struct kiwarp_cqe cqe;
-	int i, n = 0;
 
 	setup(&k, false, kwt_fail);
-	p = (struct rp){ k.raw, k.crc };
 	/* the first FPDU lifts kiwarp's responder fence */
-	ASSERT_EQ(rp_send_rtr(&p, KW_OP_WRITE), 0);
+	ASSERT_EQ(rp_send_rtr(&(struct rp){ k.raw, k.crc }, KW_OP_WRITE), 0);
 	sge.addr = (uintptr_t)k.buf;
 	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, k.crc, 0);
-	rp_read(&p, &rx, &s, 10, NULL);
-	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.n, 1);		/* the Terminate, not the Send */
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
-	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
-	EXPECT_EQ(s.term.ecode, 0);
-	EXPECT_FALSE(s.term.has_len);
+	raw_expect_term(&k, KW_TERM_LAYER_RDMAP,
+			KW_TERM_RDMAP_ETYPE_CATASTROPHIC, 0, kwt_fail);
+	ASSERT_TRUE(term_sink.got_term);
+	EXPECT_EQ(term_sink.n, 1);	/* the Terminate, not the Send */
+	EXPECT_FALSE(term_sink.term.has_len);
 	expect_qp_term(&k, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
 		       0, kwt_fail);
-	for (i = 0; i < 100 && !n; i++) {
-		n = kw_poll_cq(k.cq, 1, &cqe);
-		if (!n)
-			usleep(10000);
-	}
-	ASSERT_EQ(n, 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &cqe, 1), 0);
 	EXPECT_EQ(cqe.wr_id, 3);
 	EXPECT_EQ(cqe.status, KIWARP_WC_LOC_PROT_ERR);
 	kend_fini(&k);

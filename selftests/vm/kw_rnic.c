@@ -49,6 +49,7 @@ static int kend_init(struct kend *k)
 	struct kw_qp_init_attr a = { 0 };
 	int ret;
 
+	memset(k, 0, sizeof(*k));
 	k->sock = k->raw.fd = -1;
 	if ((ret = kw_open(&k->dev)) || (ret = kw_alloc_pd(k->dev, &k->pd)) ||
 	    (ret = kw_create_cq(k->dev, 64, &k->cq)))
@@ -124,6 +125,27 @@ static int raw_write_frame(struct kend *k, const struct kw_mpa_frame *f,
 	return writen(k->raw.fd, b, len);
 }
 
+/*
+ * The raw peer as initiator: kiwarp (thread kiwarp, k_accept or k_reject)
+ * takes the Request req; the Reply lands in rep and pd. 0 if both frames
+ * went through; kiwarp's own result is k->ret.
+ */
+static int raw_request(struct kend *k, void *(*kiwarp)(void *),
+		       const struct kw_mpa_frame *req, struct kw_mpa_frame *rep,
+		       uint8_t pd[KW_MPA_MAX_PD])
+{
+	pthread_t t;
+	int ret;
+
+	if (pthread_create(&t, NULL, kiwarp, k))
+		return -1;
+	ret = raw_write_frame(k, req, 0);
+	if (!ret)
+		ret = raw_read_frame(k, true, rep, pd);
+	pthread_join(t, NULL);
+	return ret;
+}
+
 /* Until one more message than *arg has arrived */
 static unsigned int want_msgs;
 static bool got_msgs(const struct rp_sink *s)
@@ -153,16 +175,11 @@ TEST(p2p_request_to_client_server_responder)
 				 .sg_list = &sge };
 	uint8_t pd[KW_MPA_MAX_PD];
 	struct kw_rx rx;
-	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };	/* no P2P */
-	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
 	kw_mpa_make_request(&cfg, &req);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	EXPECT_FALSE(rep.reject);
 	EXPECT_TRUE(rep.enhanced);
@@ -220,16 +237,11 @@ TEST(responder_fenced_without_p2p)
 			       .to = 0 };
 	uint8_t pd[KW_MPA_MAX_PD];
 	struct kw_rx rx;
-	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
-	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
 	kw_mpa_make_request(&cfg, &req);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
 	EXPECT_FALSE(res.p2p);
@@ -270,7 +282,6 @@ static void no_matching_rtr(int *kwt_fail, bool crc)
 	struct kw_rx rx;
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2,
 		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0),
@@ -315,7 +326,6 @@ TEST(initiator_picks_one_rtr)
 	uint8_t pd[KW_MPA_MAX_PD], b[64];
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2,
 		.flags = KIWARP_CONN_P2P, .rtr = KIWARP_RTR_NONE };
@@ -352,7 +362,6 @@ static void responder_ord(int *kwt_fail, uint16_t ord, int want_ret,
 	struct kw_rx rx;
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2, .ird = 4, .ord = 4 };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
@@ -398,7 +407,6 @@ TEST(reply_reserved_bits_and_crc)
 	struct kw_rx rx;
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
@@ -433,16 +441,11 @@ TEST(enhanced_request_to_rev1_responder)
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
 	uint8_t pd[KW_MPA_MAX_PD];
-	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 1 };
-	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
 	kw_mpa_make_request(&cfg, &req);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	EXPECT_EQ(rep.rev, 2);
 	EXPECT_TRUE(rep.enhanced);
@@ -526,16 +529,6 @@ static void fill(uint8_t *b, size_t n, unsigned int seed)
 		b[i] = (uint8_t)(i * 31 + seed);
 }
 
-static int kw_wait_one(struct kw_cq *cq, struct kiwarp_cqe *e)
-{
-	double end = now() + 10;
-	int n;
-
-	while ((n = kw_poll_cq(cq, 1, e)) == 0 && now() < end)
-		usleep(1000);
-	return n;
-}
-
 /*
  * Both directions once the QP is up (the RTR exchanged): the persona
  * Sends, Writes and Reads kiwarp's memory; kiwarp Sends and Writes to the
@@ -566,7 +559,7 @@ static void exchange(int *kwt_fail, struct kend *k, struct kw_rx *rx,
 	m = (struct kw_tx_msg){ .opcode = KW_OP_SEND, .qn = KW_QN_SEND,
 				.msn = 1, .len = N };
 	ASSERT_EQ(rp_send(&k->raw, &m, a, 0), 0);
-	ASSERT_EQ(kw_wait_one(k->cq, &e), 1);
+	ASSERT_EQ(cq_wait_one(k->cq, &e, 10), 0);
 	EXPECT_EQ(e.status, KIWARP_WC_SUCCESS);
 	EXPECT_EQ(e.wr_id, 10);
 	EXPECT_EQ(e.byte_len, N);
@@ -639,17 +632,12 @@ static void persona_initiator(int *kwt_fail, const struct persona *pe,
 		.crc = crc || pe->crc_always }, rep;
 	uint8_t pd[KW_MPA_MAX_PD];
 	struct kw_rx rx;
-	pthread_t t;
 	u8 use;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2,
 					  .flags = crc ? KIWARP_CONN_CRC : 0 };
-	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	/* the persona's checks of the Reply */
 	EXPECT_FALSE(rep.reject);
@@ -693,7 +681,6 @@ static void persona_responder(int *kwt_fail, const struct persona *pe,
 	struct kw_rx rx;
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2, .ird = 16, .ord = 16,
 		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0) };
@@ -787,16 +774,11 @@ TEST(reject_sent_leaves_socket_open)
 	struct kw_mpa_frame req, rep;
 	struct kiwarp_query_qp q;
 	uint8_t pd[KW_MPA_MAX_PD];
-	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
-	ASSERT_EQ(pthread_create(&t, NULL, k_reject, &k), 0);
 	kw_mpa_make_request(&cfg, &req);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_reject, &req, &rep, pd), 0);
 	EXPECT_EQ(k.ret, 0);
 	EXPECT_TRUE(rep.reject);
 	EXPECT_EQ(rep.ulp_pd_len, 2);
@@ -815,7 +797,6 @@ TEST(reject_received_leaves_socket_open)
 	uint8_t pd[KW_MPA_MAX_PD];
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
@@ -851,7 +832,6 @@ TEST(ord_zero_means_no_reads)
 	struct kw_rx rx;
 	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
@@ -870,10 +850,10 @@ TEST(ord_zero_means_no_reads)
 	EXPECT_EQ(s.n, 1);		/* no Read Request, no Send */
 	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_RDMAP);
 	EXPECT_EQ(s.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
-	ASSERT_EQ(kw_wait_one(k.cq, &e), 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
 	EXPECT_EQ(e.wr_id, 1);
 	EXPECT_EQ(e.status, KIWARP_WC_LOC_QP_OP_ERR);
-	ASSERT_EQ(kw_wait_one(k.cq, &e), 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
 	EXPECT_EQ(e.wr_id, 2);
 	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
 	kend_fini(&k);
@@ -896,16 +876,11 @@ TEST(p2p_first_fpdu_not_the_rtr)
 	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 4 };
 	uint8_t pd[KW_MPA_MAX_PD];
 	struct kw_rx rx;
-	pthread_t t;
 
-	memset(&k, 0, sizeof(k));
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
-	ASSERT_EQ(pthread_create(&t, NULL, k_accept, &k), 0);
 	kw_mpa_make_request(&cfg, &req);
-	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
-	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
-	pthread_join(t, NULL);
+	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
 	ASSERT_EQ(res.rtr, KW_RTR_READ);

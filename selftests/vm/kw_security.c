@@ -219,20 +219,6 @@ static int wait_state(struct kw_qp *qp, int state, double secs)
 	return s;
 }
 
-static int wait_cqe(struct kw_cq *cq, struct kiwarp_cqe *cqe, double secs)
-{
-	double end = now() + secs;
-
-	do {
-		int n = kw_poll_cq(cq, 1, cqe);
-
-		if (n)
-			return n < 0 ? n : 0;
-		usleep(1000);
-	} while (now() < end);
-	return -ETIMEDOUT;
-}
-
 /* ---------------------------------------------------- a connected pair */
 
 struct end {
@@ -349,8 +335,8 @@ static void send_check(int *kwt_fail, struct end *x, struct end *y,
 	memset(y->buf, 0, len);
 	ASSERT_EQ(kw_post_recv(y->qp, &rw, 1), 1);
 	ASSERT_EQ(kw_post_send(x->qp, &wr, 1), 1);
-	ASSERT_EQ(wait_cqe(x->cq, &c1, 20), 0);
-	ASSERT_EQ(wait_cqe(y->cq, &c2, 20), 0);
+	ASSERT_EQ(cq_wait_one(x->cq, &c1, 20), 0);
+	ASSERT_EQ(cq_wait_one(y->cq, &c2, 20), 0);
 	EXPECT_EQ(c1.status, KIWARP_WC_SUCCESS);
 	EXPECT_EQ(c1.wr_id, seed);
 	EXPECT_EQ(c2.status, KIWARP_WC_SUCCESS);
@@ -546,7 +532,7 @@ static void rewind_one(int *kwt_fail, const struct rewind_case *c)
 	EXPECT_EQ(handle_ioctl(kw_device_fd(dev), KIWARP_IOC_QP_DOORBELL,
 			       qp->handle), -EINVAL);
 	EXPECT_LT(now() - t0, 1.0);
-	while ((n = wait_cqe(cq, &cqe, 0.5)) == 0) {
+	while ((n = cq_wait_one(cq, &cqe, 0.5)) == 0) {
 		EXPECT_NE(cqe.status, KIWARP_WC_SUCCESS);
 		flushed++;
 	}
@@ -1660,7 +1646,7 @@ static void cq_overrun(int *kwt_fail, void *arg)
 		ASSERT_EQ(kw_post_recv(p.b.qp, &rw, 1), 1);
 		ASSERT_EQ(kw_post_send(p.a.qp, &w, 1), 1);
 		/* b got the data (its CQ is fine) */
-		EXPECT_EQ(wait_cqe(p.b.cq, &cqe, 10), 0);
+		EXPECT_EQ(cq_wait_one(p.b.cq, &cqe, 10), 0);
 		EXPECT_EQ(cqe.wr_id, 78);
 	}
 	EXPECT_EQ(wait_state(p.a.qp, KIWARP_QPS_ERROR, 5), KIWARP_QPS_ERROR);

@@ -158,4 +158,23 @@ static inline int readn(int fd, void *p, size_t n, int ms)
 	return 0;
 }
 
+#ifdef KIWARP_LIB_H
+/* Poll cq for one completion for up to secs seconds: 0, -ETIMEDOUT, or
+ * kw_poll_cq()'s error. Needs kiwarp.h included first. */
+static inline int cq_wait_one(struct kw_cq *cq, struct kiwarp_cqe *cqe,
+			      double secs)
+{
+	double end = now() + secs;
+
+	do {
+		int n = kw_poll_cq(cq, 1, cqe);
+
+		if (n)
+			return n < 0 ? n : 0;
+		usleep(1000);
+	} while (now() < end);
+	return -ETIMEDOUT;
+}
+#endif
+
 #endif /* KW_VMTEST_H */
