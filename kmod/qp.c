@@ -212,6 +212,23 @@ static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
 	};
 }
 
+/* Record Terminate t as sent and queue it for tx_work (tx_pick() takes a
+ * pending Terminate first). Caller holds qp->lock. */
+static void term_queue_locked(struct kw_qp *qp, const struct kw_term *t,
+			      const u8 *bad, u32 bad_len)
+{
+	int len;
+
+	lockdep_assert_held(&qp->lock);
+	qp->term_sent = (struct kiwarp_term_info){
+		.valid = 1, .layer = t->layer, .etype = t->etype,
+		.ecode = t->ecode,
+	};
+	len = kw_term_encode(t, bad, bad_len, qp->term_buf);
+	qp->term_len = len > 0 ? len : 0;
+	qp->term_pending = len > 0;
+}
+
 /*
  * RFC 5040 section 7.1: an error found while building a request (a bad
  * lkey or SGE, a Local Invalidate that fails) or the loss of a CQ is sent
@@ -222,25 +239,17 @@ static struct kiwarp_cqe cqe_of(struct kw_qp *qp, const struct kw_wr *wr,
  */
 void kw_qp_local_error_locked(struct kw_qp *qp)
 {
-	struct kw_term t = { .layer = KW_TERM_LAYER_RDMAP,
-			     .etype = KW_TERM_RDMAP_ETYPE_CATASTROPHIC };
-	int len;
+	static const struct kw_term t = {
+		.layer = KW_TERM_LAYER_RDMAP,
+		.etype = KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+	};
 
 	lockdep_assert_held(&qp->lock);
 	if (qp->state >= KIWARP_QPS_TERMINATE)
 		return;
 	if (!qp->term_sent.valid && (qp->state == KIWARP_QPS_RTS ||
-				     qp->state == KIWARP_QPS_CLOSING)) {
-		len = kw_term_encode(&t, NULL, 0, qp->term_buf);
-		if (len > 0) {
-			qp->term_sent = (struct kiwarp_term_info){
-				.valid = 1, .layer = t.layer,
-				.etype = t.etype, .ecode = t.ecode,
-			};
-			qp->term_len = len;
-			qp->term_pending = true;
-		}
-	}
+				     qp->state == KIWARP_QPS_CLOSING))
+		term_queue_locked(qp, &t, NULL, 0);
 	qp->state = KIWARP_QPS_TERMINATE;
 	kw_qp_queue(qp, &qp->err_work);
 }
@@ -533,20 +542,12 @@ void kw_qp_set_error(struct kw_qp *qp)
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len)
 {
-	int len;
-
 	spin_lock_bh(&qp->lock);
 	if (qp->state >= KIWARP_QPS_TERMINATE || qp->term_sent.valid) {
 		spin_unlock_bh(&qp->lock);
 		return;
 	}
-	qp->term_sent = (struct kiwarp_term_info){
-		.valid = 1, .layer = t->layer, .etype = t->etype,
-		.ecode = t->ecode,
-	};
-	len = kw_term_encode(t, bad, bad_len, qp->term_buf);
-	qp->term_len = len > 0 ? len : 0;
-	qp->term_pending = len > 0;
+	term_queue_locked(qp, t, bad, bad_len);
 	qp->state = KIWARP_QPS_TERMINATE;
 	spin_unlock_bh(&qp->lock);
 	pr_debug("kiwarp: qp %u: sending Terminate layer %u type %u code 0x%02x\n",
