@@ -928,6 +928,8 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	mss = tcp_sk(sk)->mss_cache;
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
+	if (res->crc)
+		kw_rx_reserve(sk);
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
 	/*
 	 * An FPDU's pieces: header, trailer and the payload's, where a page

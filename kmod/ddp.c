@@ -272,7 +272,15 @@ static void rx_fail_term(struct kw_rx *rx)
 	if (rx->bad_len < 2 + hlen)
 		return;
 	rx->term.has_ddp_hdr = true;
-	if (hlen == KW_DDP_UNTAGGED_HDR_LEN &&
+	/*
+	 * RFC 5040 section 4.8, Figure 10: the RDMA header comes back only
+	 * for an RDMAP Remote Protection Error, which only a Read Request
+	 * (or Send with Invalidate, which has none) causes; DDP and Remote
+	 * Operation errors carry the DDP header alone, with CRC or without.
+	 */
+	if (rx->term.layer == KW_TERM_LAYER_RDMAP &&
+	    rx->term.etype == KW_TERM_RDMAP_ETYPE_REMOTE_PROT &&
+	    hlen == KW_DDP_UNTAGGED_HDR_LEN &&
 	    (rx->bad[3] & KW_RDMAP_OPCODE_MASK) == KW_OP_READ_REQ &&
 	    rx->bad_len == 2 + hlen + KW_READ_REQ_LEN)
 		rx->term.has_rdmap_hdr = true;
@@ -493,7 +501,7 @@ static void rx_header_done(struct kw_rx *rx)
 	rx->ulpdu_len = get_unaligned_be16(rx->hdr);
 	memcpy(rx->bad, rx->hdr, rx->hdr_got);
 	rx->bad_len = rx->hdr_got;
-	if (rx->crc)
+	if (rx->crc && !rx->verified)
 		rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
 						rx->hdr_got);
 
@@ -528,8 +536,9 @@ static void rx_header_done(struct kw_rx *rx)
 		 * RDMAP checks may really be a corrupted one. Skip the
 		 * segment without placing anything and decide at the CRC:
 		 * bad CRC -> MPA CRC error, good CRC -> this Terminate.
+		 * An FPDU verified ahead has passed already.
 		 */
-		if (!rx->crc)
+		if (!rx->crc || rx->verified)
 			return;
 		rx->discard = true;
 		rx->buf = NULL;
@@ -606,7 +615,7 @@ static size_t rx_data(struct kw_rx *rx, const u8 *p, size_t len)
 {
 	u32 n = min_t(u32, rx->data_left, len);
 
-	if (rx->crc)
+	if (rx->crc && !rx->verified)
 		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, p, n);
 	if (!rx->discard)
 		rx_place(rx, p, n);
@@ -624,7 +633,7 @@ static size_t rx_inline(struct kw_rx *rx, const u8 *p, size_t len)
 	memcpy(rx->inl + rx->inl_got, p, n);
 	rx->inl_got += n;
 	if (rx->inl_got == rx->inl_need) {
-		if (rx->crc)
+		if (rx->crc && !rx->verified)
 			rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
 							rx->inl_got);
 		/* keep the Read Request header for a Terminate's R part */
@@ -653,9 +662,10 @@ static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
 
 	/*
 	 * RFC 5044 section 4.4: CRC over length, ULPDU and pad. Without
-	 * CRC the field is zero on transmit and ignored here (section 4.4).
+	 * CRC the field may hold any value and is ignored (section 4.1), as
+	 * it is for an FPDU the caller verified ahead.
 	 */
-	if (rx->crc) {
+	if (rx->crc && !rx->verified) {
 		u32 crc = kw_mpa_crc_update(rx->crc_acc, rx->trailer, pad);
 
 		if (!kw_mpa_crc_check(crc, rx->trailer + pad)) {
@@ -690,8 +700,22 @@ static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
 	rx->buf = NULL;
 	rx->hdr_got = 0;
 	rx->bad_len = 0;
+	rx->verified = false;
 	rx->state = KW_RX_HDR;
 	return n;
+}
+
+void kw_rx_verified(struct kw_rx *rx)
+{
+	if (kw_rx_at_fpdu(rx))
+		rx->verified = true;
+}
+
+void kw_rx_crc_failed(struct kw_rx *rx)
+{
+	if (rx->state != KW_RX_ERROR)
+		rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
+			 KW_TERM_LLP_CRC);
 }
 
 size_t kw_rx_input(struct kw_rx *rx, const u8 *p, size_t len)

@@ -163,6 +163,16 @@ static inline u32 kw_mpa_pad(u32 ulpdu_len)
 	return (4 - ((ulpdu_len + 2) & 3)) & 3;
 }
 
+/* Bytes on the wire of the FPDU whose length field is ulpdu_len:
+ * length, ULPDU, pad and CRC field (RFC 5044 section 4.1). */
+static inline u32 kw_mpa_fpdu_len(u32 ulpdu_len)
+{
+	return 2 + ulpdu_len + kw_mpa_pad(ulpdu_len) + 4;
+}
+
+/* The longest FPDU there is (a 16-bit ULPDU length). */
+#define KW_MPA_FPDU_MAX	(2 + 65535 + 1 + 4)
+
 /*
  * FPDU CRC: crc = kw_mpa_crc_init(); crc = kw_mpa_crc_update(crc, ...) over
  * the 2-byte length, the ULPDU and the pad; kw_mpa_crc_put(crc, out) writes
@@ -471,6 +481,8 @@ struct kw_rx {
 	bool discard;		/* CRC on and the header failed: skip the
 				 * FPDU, then report term if the CRC is
 				 * good (else an MPA CRC error) */
+	bool verified;		/* the caller checked this FPDU's CRC
+				 * before feeding it (kw_rx_verified()) */
 	u8 trailer[7];
 	u32 trailer_got, trailer_need;
 	u32 crc_acc;
@@ -507,6 +519,27 @@ static inline bool kw_rx_failed(const struct kw_rx *rx)
 {
 	return rx->state == KW_RX_ERROR;
 }
+
+/* Is the parser between FPDUs (the next byte is an MPA length field)? */
+static inline bool kw_rx_at_fpdu(const struct kw_rx *rx)
+{
+	return rx->state == KW_RX_HDR && !rx->hdr_got;
+}
+
+/*
+ * RFC 5044 section 6: "An MPA receiver MUST first verify the FPDU before
+ * passing the ULPDU to DDP". A caller that holds a whole FPDU before
+ * feeding it (the kernel leaves it in the socket's skbs) checks its CRC
+ * in place and says so here, at an FPDU boundary: the parser then acts on
+ * the header at once, places as it goes and skips its own CRC check for
+ * that one FPDU. Without this call a CRC parser never places a byte of an
+ * FPDU whose header failed before its CRC is known, but must place the
+ * payload as it streams in (that is what a caller without the whole FPDU
+ * at hand gets).
+ */
+void kw_rx_verified(struct kw_rx *rx);
+/* The caller's check of the FPDU at hand failed: MPA CRC error (2/0/2). */
+void kw_rx_crc_failed(struct kw_rx *rx);
 
 /* Is (opcode, tagged) a legal combination? (RFC 5040 table 3) */
 bool kw_rdmap_opcode_valid(u8 opcode, bool tagged);

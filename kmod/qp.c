@@ -871,7 +871,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->param.ord = qp->mpa.ord;
 	arg->term_sent = qp->term_sent;
 	arg->term_rcvd = qp->term_rcvd;
-	arg->mulpdu = qp->mulpdu;
+	arg->mulpdu = kw_qp_mulpdu(qp);
 	arg->copy_max = qp->copy_max;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;

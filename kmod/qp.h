@@ -122,7 +122,7 @@ struct kw_qp {
 	struct kw_mpa_frame mpa_req;	/* responder: the Request */
 	u8 mpa_req_pd[KW_MPA_MAX_PD];	/* its private data */
 	struct kw_mpa_result mpa;
-	u32 mulpdu;
+	u32 mulpdu;		/* at RTS, from EMSS: the largest (kw_qp_mulpdu()) */
 	bool rtr_wait;		/* responder, P2P: the RTR is still due */
 	bool fenced;		/* responder: no FPDU out before one came in
 				 * (RFC 5044 7.1.2); set in go_rts, cleared
@@ -158,6 +158,8 @@ struct kw_qp {
 	struct kw_mr *rx_buf_mr[KIWARP_MAX_SGE];	/* our refs on its MRs */
 	bool rx_buf_valid;
 	bool rx_revoked;		/* a placement was refused (rx_place) */
+	u32 rx_verified;		/* CRC on: bytes left of the FPDU whose
+					 * CRC rx_verify() checked in the skbs */
 	u32 rx_rq_idx;
 	u32 rx_buf_msn;
 
@@ -261,6 +263,8 @@ void kw_cm_exit(void);
 void kw_rx_data_ready(struct sock *sk);
 void kw_rx_drain(struct kw_qp *qp, struct sock *sk);
 void kw_rx_setup(struct kw_qp *qp);
+void kw_rx_reserve(struct sock *sk);
+u32 kw_qp_mulpdu(struct kw_qp *qp);
 void kw_rx_release(struct kw_qp *qp);
 
 /* tx.c */

@@ -423,29 +423,159 @@ static const struct kw_rx_ops kw_rx_ops = {
 
 /* ------------------------------------------------------------ TCP glue */
 
+/* Hand the parser the bytes [offset, offset + len) of skb. */
+static u32 rx_feed(struct kw_qp *qp, struct sk_buff *skb, u32 offset,
+		   u32 len)
+{
+	struct skb_seq_state st;
+	u32 consumed = 0, n;
+	const u8 *data;
+
+	skb_prepare_seq_read(skb, offset, offset + len, &st);
+	while (consumed < len &&
+	       (n = skb_seq_read(consumed, &data, &st)) != 0) {
+		/* a chunk may run past offset + len */
+		n = min(n, len - consumed);
+		n = kw_rx_input(&qp->rx, data, n) == n ? n : 0;
+		if (!n || kw_rx_failed(&qp->rx))
+			break;
+		consumed += n;
+	}
+	skb_abort_seq_read(&st);
+	return consumed;
+}
+
+struct rx_crc {
+	u32 pos, crc_len, crc;
+	u8 wire[4];
+};
+
+static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
+{
+	u32 k = c->pos < c->crc_len ? min(n, c->crc_len - c->pos) : 0;
+
+	c->crc = kw_mpa_crc_update(c->crc, p, k);
+	if (k < n)
+		memcpy(c->wire + c->pos + k - c->crc_len, p + k, n - k);
+	c->pos += n;
+}
+
+/*
+ * Run len queued bytes from offset in skb through c. False if fewer are
+ * queued (the FIN came first). Caller holds the socket, so the receive
+ * queue cannot change.
+ */
+static bool rx_walk(struct sock *sk, struct sk_buff *skb, u32 offset,
+		    u32 len, struct rx_crc *c)
+{
+	while (len) {
+		struct skb_seq_state st;
+		u32 take = skb->len - offset, got = 0, n;
+		const u8 *data;
+
+		if (offset > skb->len)
+			return false;
+		take = min(take, len);
+		skb_prepare_seq_read(skb, offset, offset + take, &st);
+		while (got < take && (n = skb_seq_read(got, &data, &st))) {
+			n = min(n, take - got);
+			rx_crc_chunk(c, data, n);
+			got += n;
+		}
+		skb_abort_seq_read(&st);
+		len -= take;
+		if (!len)
+			break;
+		if (skb_queue_is_last(&sk->sk_receive_queue, skb))
+			return false;
+		skb = skb_queue_next(&sk->sk_receive_queue, skb);
+		offset = 0;
+	}
+	return true;
+}
+
+/*
+ * RFC 5044 section 6: with CRC, an FPDU is verified before DDP acts on it,
+ * so that a header corrupted in flight cannot place a byte anywhere. The
+ * FPDU starting at offset in skb stays in the socket's receive queue
+ * until all of it is there; its CRC is computed over the skbs in place.
+ * Returns the FPDU's length once verified, 0 while it is incomplete, or
+ * -EBADMSG. go_rts() sized the receive buffer so that the largest FPDU
+ * fits (kw_rx_setup()).
+ */
+static int rx_verify(struct sock *sk, struct sk_buff *skb, u32 offset)
+{
+	u32 queued = tcp_sk(sk)->rcv_nxt - (TCP_SKB_CB(skb)->seq + offset);
+	struct rx_crc c = { 0 };	/* first: the length field, into wire */
+	u32 total;
+
+	/* rcv_nxt counts a FIN too: rx_walk() has the last word */
+	if (queued < 2 || !rx_walk(sk, skb, offset, 2, &c))
+		return 0;
+	total = kw_mpa_fpdu_len(get_unaligned_be16(c.wire));
+	if (queued < total)
+		return 0;
+	c = (struct rx_crc){ .crc_len = total - 4,
+			     .crc = kw_mpa_crc_init() };
+	if (!rx_walk(sk, skb, offset, total, &c))
+		return 0;
+	return kw_mpa_crc_check(c.crc, c.wire) ? total : -EBADMSG;
+}
+
+static void rx_fail(struct kw_qp *qp)
+{
+	rx_mr_release(qp);
+	kw_qp_fail(qp, &qp->rx.term, qp->rx.bad, qp->rx.bad_len);
+}
+
+struct rx_desc {
+	struct kw_qp *qp;
+	struct sock *sk;
+};
+
 static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 		    unsigned int offset, size_t len)
 {
-	struct kw_qp *qp = desc->arg.data;
-	struct skb_seq_state st;
-	unsigned int consumed = 0, n;
-	const u8 *data;
+	const struct rx_desc *d = desc->arg.data;
+	struct kw_qp *qp = d->qp;
+	u32 done = 0, n;
+	int total;
 
 	/* After a protocol error everything that follows is discarded. */
 	if (kw_rx_failed(&qp->rx) || READ_ONCE(qp->state) >= KIWARP_QPS_TERMINATE)
 		return len;
 
-	skb_prepare_seq_read(skb, offset, offset + len, &st);
-	while ((n = skb_seq_read(consumed, &data, &st)) != 0) {
-		size_t used = kw_rx_input(&qp->rx, data, n);
-
-		consumed += used;
-		if (used < n || kw_rx_failed(&qp->rx)) {
-			skb_abort_seq_read(&st);
-			rx_mr_release(qp);
-			kw_qp_fail(qp, &qp->rx.term, qp->rx.bad, qp->rx.bad_len);
+	while (done < len) {
+		n = len - done;
+		if (qp->rx.crc) {
+			if (!qp->rx_verified) {
+				/* rx_verified ends where the parser's FPDU does */
+				if (WARN_ON_ONCE(!kw_rx_at_fpdu(&qp->rx))) {
+					kw_rx_crc_failed(&qp->rx);
+					rx_fail(qp);
+					return len;
+				}
+				total = rx_verify(d->sk, skb, offset + done);
+				if (!total)
+					return done;	/* the rest later */
+				if (total < 0) {
+					kw_rx_crc_failed(&qp->rx);
+					rx_fail(qp);
+					return len;
+				}
+				qp->rx_verified = total;
+				kw_rx_verified(&qp->rx);
+			}
+			n = min(n, qp->rx_verified);
+		}
+		if (rx_feed(qp, skb, offset + done, n) < n ||
+		    kw_rx_failed(&qp->rx)) {
+			rx_fail(qp);
 			return len;
 		}
+		if (qp->rx.crc)
+			qp->rx_verified -= n;
+		done += n;
 	}
 	return len;
 }
@@ -456,7 +586,8 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
  */
 void kw_rx_drain(struct kw_qp *qp, struct sock *sk)
 {
-	read_descriptor_t rd = { .count = 1, .arg.data = qp };
+	struct rx_desc d = { .qp = qp, .sk = sk };
+	read_descriptor_t rd = { .count = 1, .arg.data = &d };
 
 	lockdep_assert(lockdep_sock_is_held(sk));
 	tcp_read_sock(sk, &rd, rx_actor);
@@ -472,6 +603,29 @@ void kw_rx_data_ready(struct sock *sk)
 	if (qp)
 		kw_rx_drain(qp, sk);
 	read_unlock_bh(&sk->sk_callback_lock);
+}
+
+/*
+ * With CRC an FPDU is placed only once all of it is queued (rx_verify()),
+ * so the receive buffer and window must be able to hold the largest FPDU
+ * with room to spare: otherwise a peer whose FPDU does not fit waits for
+ * a window that never opens. Raised, never lowered (autotuning still
+ * grows it); a socket the application handed in is the QP's now.
+ */
+#define KW_RX_CRC_RCVBUF	(8 * KW_MPA_FPDU_MAX)
+#define KW_RX_CRC_WINDOW	(2 * KW_MPA_FPDU_MAX)
+
+void kw_rx_reserve(struct sock *sk)
+{
+	int clamp = KW_RX_CRC_WINDOW;
+
+	lock_sock(sk);
+	if (READ_ONCE(sk->sk_rcvbuf) < KW_RX_CRC_RCVBUF)
+		WRITE_ONCE(sk->sk_rcvbuf, KW_RX_CRC_RCVBUF);
+	release_sock(sk);
+	if (READ_ONCE(tcp_sk(sk)->window_clamp) < clamp)
+		sk->sk_prot->setsockopt(sk, SOL_TCP, TCP_WINDOW_CLAMP,
+					KERNEL_SOCKPTR(&clamp), sizeof(clamp));
 }
 
 void kw_rx_setup(struct kw_qp *qp)

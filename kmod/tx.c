@@ -518,13 +518,33 @@ static int tx_push(struct kw_qp *qp)
 	return 0;
 }
 
+/*
+ * RFC 5044 section 4.5: MULPDU follows EMSS when TCP adjusts it (a smaller
+ * path MTU, changed options). TCP keeps its EMSS in mss_cache and
+ * refreshes it whenever it sends after the route's MTU changed, so each
+ * message takes the value of the moment (one message may still go out cut
+ * to the old one: receivers cope, RFC 5044 section 5.1), at most the
+ * MULPDU of the connection's start, which go_rts() sized the transmit
+ * arrays for. Caller holds qp->lock (ack_sk is set from RTS on).
+ */
+u32 kw_qp_mulpdu(struct kw_qp *qp)
+{
+	u32 mss;
+
+	lockdep_assert_held(&qp->lock);
+	if (!qp->ack_sk)
+		return qp->mulpdu;
+	mss = READ_ONCE(tcp_sk(qp->ack_sk)->mss_cache);
+	return min(qp->mulpdu, kw_mpa_mulpdu(min_t(u32, mss, 65535), false));
+}
+
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
 {
 	qp->tx_copy = false;
 	memset(&qp->tx_msg, 0, sizeof(qp->tx_msg));
 	qp->tx_msg.opcode = opcode;
 	qp->tx_msg.crc = qp->mpa.crc;
-	qp->tx_msg.mulpdu = qp->mulpdu;
+	qp->tx_msg.mulpdu = kw_qp_mulpdu(qp);
 	qp->tx_msg.len = len;
 }
 
@@ -722,7 +742,8 @@ static bool tx_pick(struct kw_qp *qp)
 		e->src = NULL;
 		msg_init(qp, KW_OP_READ_RESP, qp->tx_irq.req.size);
 		/* FPDUs that fit a batch (smaller than MULPDU is allowed) */
-		qp->tx_msg.mulpdu = min_t(u32, qp->mulpdu, KW_TX_RESP_BATCH -
+		qp->tx_msg.mulpdu = min_t(u32, qp->tx_msg.mulpdu,
+					  KW_TX_RESP_BATCH -
 					  KW_TX_HDR_MAX -
 					  sizeof_field(struct kw_tx_fpdu, trailer));
 		qp->tx_msg.stag = qp->tx_irq.req.sink_stag;

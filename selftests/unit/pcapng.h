@@ -13,7 +13,7 @@
 #include <string.h>
 #include <stdint.h>
 
-#define PC_MAX_FLOWS 16
+#define PC_MAX_FLOWS 64	/* kiwarp-terminates.pcapng has 36 */
 #define PC_MAX_STREAM (4u << 20)
 
 struct pc_flow {

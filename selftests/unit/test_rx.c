@@ -471,13 +471,15 @@ TEST(term_from_segment_done_read_req)
 	struct world w;
 	int n;
 
+	/* The glue refuses the source STag: RDMAP Remote Protection, which
+	 * returns the Read Request header too (RFC 5040 Figure 10). */
 	rreq(&m, body, 28);
 	world_init(&w);
 	w.done_ret = -EPROTO;
-	w.done_term = (struct kw_term){ .layer = 0, .etype = 2, .ecode = 6 };
+	w.done_term = (struct kw_term){ .layer = 0, .etype = 1, .ecode = 0 };
 	n = build_msg(&m, NULL, stream, sizeof(stream));
 	run_one(&m, NULL, NULL, &w);
-	EXPECT_TERM(&tr, 0, 2, 6);
+	EXPECT_TERM(&tr, 0, 1, 0);
 	EXPECT_EQ(tr.consumed, (size_t)n);	/* whole FPDU consumed */
 	EXPECT_EQ(tr.w.nseg, 1);
 	EXPECT_EQ(tr.rx.msn[1], 1);		/* not advanced */
@@ -487,10 +489,21 @@ TEST(term_from_segment_done_read_req)
 	ASSERT_EQ(tr.rx.bad_len, 48);
 	ASSERT_EQ(kw_term_encode(&tr.rx.term, tr.rx.bad, tr.rx.bad_len, out),
 		  4 + 2 + 18 + 28);
-	EXPECT_EQ(out[0], 0x02);
-	EXPECT_EQ(out[1], 0x06);
+	EXPECT_EQ(out[0], 0x01);
+	EXPECT_EQ(out[1], 0x00);
 	EXPECT_EQ(out[2], 0xe0);
 	EXPECT_MEMEQ(out + 4, stream, 48);
+
+	/* A Remote Operation error (IRD overflow) returns the DDP header
+	 * only: R is for Remote Protection errors. */
+	w.done_term = (struct kw_term){ .layer = 0, .etype = 2, .ecode = 7 };
+	run_one(&m, NULL, NULL, &w);
+	EXPECT_TERM(&tr, 0, 2, 7);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_FALSE(tr.rx.term.has_rdmap_hdr);
+	ASSERT_EQ(kw_term_encode(&tr.rx.term, tr.rx.bad, tr.rx.bad_len, out),
+		  4 + 2 + 18);
+	EXPECT_EQ(out[2], 0xc0);
 }
 
 TEST(term_write_unknown_stag)
@@ -727,18 +740,93 @@ TEST(crc_corrupted_header_is_crc_error)
 	EXPECT_TERM(&tr, 2, 0, 2);
 }
 
-TEST(crc_deferred_read_req_keeps_rdmap_hdr)
+TEST(read_req_ddp_error_has_no_rdmap_hdr)
 {
+	/* A DDP error (wrong MSN) on a Read Request carries the DDP header
+	 * alone (RFC 5040 Figure 10), whether the verdict came at once
+	 * (no CRC) or waited for the CRC, by when the parser held the
+	 * Read Request header as well. */
 	struct kw_tx_msg m;
 	u8 body[64];
 
 	rreq(&m, body, 28);
+	run_one(&m, NULL, mut_msn2, NULL);
+	EXPECT_TERM(&tr, 1, 2, 3);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_FALSE(tr.rx.term.has_rdmap_hdr);
 	m.crc = true;
 	run_one(&m, NULL, mut_msn2, NULL);	/* run_one fixes the CRC */
 	EXPECT_TERM(&tr, 1, 2, 3);
-	EXPECT_TRUE(tr.rx.term.has_rdmap_hdr);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_FALSE(tr.rx.term.has_rdmap_hdr);
 	EXPECT_EQ(tr.rx.bad_len, 48);
 	EXPECT_EQ(tr.w.nseg, 0);
+}
+
+TEST(verified_fpdu_skips_crc_once)
+{
+	/* The caller checked the FPDU's CRC in place (the kernel, over its
+	 * skbs): the parser takes its word for that FPDU and that one only. */
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 40, true);
+	int n = build_msg(&m, pattern, stream, sizeof(stream)), k;
+
+	k = build_msg(&m, pattern, stream + n, sizeof(stream) - n);
+	stream[n - 1] ^= 1;		/* both CRC fields wrong */
+	stream[n + k - 1] ^= 1;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	ASSERT_TRUE(kw_rx_at_fpdu(&tr.rx));
+	kw_rx_verified(&tr.rx);
+	tr.consumed = kw_rx_input(&tr.rx, stream, n);
+	EXPECT_EQ(tr.consumed, (size_t)n);
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+	EXPECT_EQ(tr.w.nseg, 1);
+	EXPECT_MEMEQ(tr.w.mem[0], pattern, 40);
+	EXPECT_TRUE(kw_rx_at_fpdu(&tr.rx));
+	kw_rx_input(&tr.rx, stream + n, k);
+	EXPECT_TERM(&tr, 2, 0, 2);
+	EXPECT_EQ(tr.w.nseg, 1);
+}
+
+TEST(verified_header_error_is_immediate)
+{
+	/* Verified ahead, a header that fails DDP checks is the peer's
+	 * fault at once: nothing to skip, nothing placed. */
+	struct kw_tx_msg m = msg_write(0x999, 0x1000, 40, true);
+	int n = build_msg(&m, pattern, stream, sizeof(stream));
+
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	kw_rx_verified(&tr.rx);
+	tr.consumed = kw_rx_input(&tr.rx, stream, n);
+	EXPECT_TERM(&tr, 1, 1, 0);
+	EXPECT_TRUE(tr.rx.term.has_ddp_hdr);
+	EXPECT_EQ(tr.consumed, 2 + KW_DDP_TAGGED_HDR_LEN);
+	EXPECT_EQ(tr.w.nplace, 0);
+}
+
+TEST(verified_only_at_fpdu_boundary)
+{
+	/* Said in the middle of an FPDU, it does not cover that FPDU. */
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 40, true);
+	int n = build_msg(&m, pattern, stream, sizeof(stream));
+
+	stream[n - 1] ^= 1;
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	kw_rx_input(&tr.rx, stream, 5);
+	EXPECT_FALSE(kw_rx_at_fpdu(&tr.rx));
+	kw_rx_verified(&tr.rx);
+	kw_rx_input(&tr.rx, stream + 5, n - 5);
+	EXPECT_TERM(&tr, 2, 0, 2);
+}
+
+TEST(fpdu_len)
+{
+	EXPECT_EQ(kw_mpa_fpdu_len(0), 8);
+	EXPECT_EQ(kw_mpa_fpdu_len(18), 24);
+	EXPECT_EQ(kw_mpa_fpdu_len(19), 28);
+	EXPECT_EQ(kw_mpa_fpdu_len(65535), 65544);
 }
 
 TEST(crc_deferred_oversized_terminate)

@@ -18,6 +18,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -44,7 +46,8 @@ struct kend {
 	int ret;
 };
 
-static int kend_init(struct kend *k)
+/* rcvbuf > 0: kiwarp's socket has that SO_RCVBUF from before connecting. */
+static int kend_init_buf(struct kend *k, int rcvbuf)
 {
 	struct kw_qp_init_attr a = { 0 };
 	int ret;
@@ -65,13 +68,20 @@ static int kend_init(struct kend *k)
 		return -errno;
 	if ((ret = kw_reg_mr(k->pd, k->buf, KBUF, KIWARP_ACCESS_ALL, &k->mr)))
 		return ret;
-	return tcp_pair(&k->raw.fd, &k->sock) ? -EIO : 0;
+	return tcp_pair_opt(AF_INET, 0, rcvbuf, &k->raw.fd, &k->sock) ?
+	       -EIO : 0;
+}
+
+static int kend_init(struct kend *k)
+{
+	return kend_init_buf(k, 0);
 }
 
 static void kend_fini(struct kend *k)
 {
 	kw_destroy_qp(k->qp);
-	kw_dereg_mr(k->mr);
+	if (k->mr)
+		kw_dereg_mr(k->mr);
 	kw_destroy_cq(k->cq);
 	kw_dealloc_pd(k->pd);
 	kw_close(k->dev);
@@ -894,5 +904,310 @@ TEST(p2p_first_fpdu_not_the_rtr)
 	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
 	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
 	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_NO_MATCHING_RTR);
+	kend_fini(&k);
+}
+
+/* ------------------------------------------- placement and revocation */
+
+/*
+ * The raw peer as initiator of a plain (client-server) rev 2 connection,
+ * CRC on or off; kiwarp accepts. Its socket sends with a 5 s timeout, so
+ * a window that never opens fails the test instead of hanging it.
+ */
+static void raw_plain_connect(int *kwt_fail, struct kend *k, bool crc)
+{
+	struct kw_mpa_cfg cfg = { .rev = 2, .crc = crc, .ird = 8, .ord = 8 };
+	struct timeval tv = { .tv_sec = 5 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	uint8_t pd[KW_MPA_MAX_PD];
+
+	k->param = (struct kw_conn_param){ .mpa_rev = 2 };
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_request(k, k_accept, &req, &rep, pd), 0);
+	ASSERT_EQ(k->ret, 0);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
+	ASSERT_EQ(res.crc, crc);
+	k->raw.crc = crc;
+	ASSERT_EQ(setsockopt(k->raw.fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
+			     sizeof(tv)), 0);
+}
+
+/* Until buf holds want (or secs pass). */
+static bool wait_bytes(const uint8_t *buf, const uint8_t *want, size_t n,
+		       double secs)
+{
+	double end = now() + secs;
+
+	while (memcmp(buf, want, n)) {
+		if (now() > end)
+			return false;
+		usleep(1000);
+	}
+	return true;
+}
+
+static bool all_bytes(const uint8_t *b, uint8_t v, size_t n)
+{
+	while (n--)
+		if (*b++ != v)
+			return false;
+	return true;
+}
+
+/* One Write FPDU of len bytes from w to kiwarp's buffer at off, built. */
+static size_t write_fpdu(struct kend *k, const uint8_t *w, uint32_t len,
+			 uint32_t off, uint8_t *out)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = len,
+			       .stag = k->mr->stag,
+			       .to = (uintptr_t)k->buf + off,
+			       .mulpdu = 65000 };
+	uint8_t *end = rp_build(&k->raw, &m, w, out);
+
+	return end ? (size_t)(end - out) : 0;
+}
+
+/*
+ * RFC 5044 section 6: with CRC, kiwarp places nothing of an FPDU until all
+ * of it has arrived and its CRC is checked (the bytes wait in the socket's
+ * skbs), then all of it.
+ */
+TEST(crc_fpdu_placed_only_when_complete)
+{
+	static struct kend k;
+	static uint8_t w[4000], out[8192];
+	size_t n;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, true);
+	if (*kwt_fail)
+		goto out;
+	memset(k.buf, 0xaa, KBUF);
+	fill(w, sizeof(w), 1);
+	n = write_fpdu(&k, w, sizeof(w), 0, out);
+	ASSERT_EQ(n, kw_mpa_fpdu_len(14 + sizeof(w)));
+	ASSERT_EQ(writen(k.raw.fd, out, n - 10), 0);
+	usleep(300 * 1000);
+	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));	/* nothing yet */
+	ASSERT_EQ(writen(k.raw.fd, out + n - 10, 10), 0);
+	EXPECT_TRUE(wait_bytes(k.buf, w, sizeof(w), 5));
+	EXPECT_TRUE(all_bytes(k.buf + sizeof(w), 0xaa, KBUF - sizeof(w)));
+out:
+	kend_fini(&k);
+}
+
+/*
+ * The attack RFC 5044 section 6 guards against: a header corrupted in
+ * flight (here its TO, 8 KiB further into the same buffer) with the CRC
+ * computed over the original. Before, the payload was copied to the wrong
+ * place as it streamed in and the CRC error came after. Now nothing of it
+ * is placed anywhere, and the peer gets MPA's CRC error (2/0/2).
+ */
+TEST(crc_corrupted_header_places_nothing)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t w[4000], out[8192];
+	struct kw_rx rx;
+	size_t n;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, true);
+	if (*kwt_fail)
+		goto out;
+	memset(k.buf, 0xaa, KBUF);
+	fill(w, sizeof(w), 2);
+	n = write_fpdu(&k, w, sizeof(w), 0, out);
+	ASSERT_GT(n, 0);
+	/* TO: MPA length 2, DDP and RDMAP control 2, STag 4 */
+	put_unaligned_be64((uintptr_t)k.buf + 8192, out + 8);
+	ASSERT_EQ(writen(k.raw.fd, out, 2 + 14 + 1000), 0);
+	usleep(300 * 1000);
+	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
+	ASSERT_EQ(writen(k.raw.fd, out + 2 + 14 + 1000, n - 2 - 14 - 1000), 0);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, true, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
+	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
+	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_CRC);
+	EXPECT_FALSE(s.term.has_ddp_hdr);
+	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
+out:
+	kend_fini(&k);
+}
+
+/*
+ * Holding each FPDU until it is complete must not stall a connection
+ * whose FPDUs are as large as the window allows: kiwarp's socket starts
+ * with a 4 KiB SO_RCVBUF (window scale 0) and the peer sends 60000-byte
+ * FPDUs, each only placeable once all of it is queued.
+ */
+TEST(crc_large_fpdus_small_rcvbuf)
+{
+	static struct kend k;
+	static uint8_t w[60000], out[61000];
+	unsigned int i;
+	size_t n;
+
+	ASSERT_EQ(kend_init_buf(&k, 4096), 0);
+	raw_plain_connect(kwt_fail, &k, true);
+	if (*kwt_fail)
+		goto out;
+	for (i = 0; i < 8; i++) {
+		fill(w, sizeof(w), 10 + i);
+		n = write_fpdu(&k, w, sizeof(w), 0, out);
+		ASSERT_EQ(n, kw_mpa_fpdu_len(14 + sizeof(w)));
+		ASSERT_EQ(writen(k.raw.fd, out, n), 0);
+		ASSERT_TRUE(wait_bytes(k.buf, w, sizeof(w), 10));
+	}
+out:
+	kend_fini(&k);
+}
+
+/*
+ * RFC 5042 section 6.2.2: once revocation returns, the rest of a tagged
+ * FPDU already being placed writes nothing more. Without CRC kiwarp
+ * places as the bytes arrive: the first 1000 payload bytes land, then the
+ * ULP invalidates the STag (Local Invalidate, or deregistration), then the
+ * rest of the FPDU arrives: none of it is placed and the peer gets
+ * "invalid STag" (DDP tagged, 1/1/0).
+ */
+static void revoke_mid_fpdu(int *kwt_fail, bool dereg)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t w[4000], out[8192];
+	struct kw_send_wr li = { .wr_id = 7, .opcode = KIWARP_WR_LOCAL_INV,
+				 .flags = KW_SEND_SIGNALED };
+	struct kiwarp_cqe cqe;
+	struct kw_rx rx;
+	size_t n, first = 2 + 14 + 1000;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	/* one whole FPDU first lifts the responder's fence (RFC 5044
+	 * section 7.1.2), which holds the SQ and so the Local Invalidate */
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);
+	memset(k.buf, 0xaa, KBUF);
+	fill(w, sizeof(w), 3);
+	n = write_fpdu(&k, w, sizeof(w), 0, out);
+	ASSERT_GT(n, first);
+	ASSERT_EQ(writen(k.raw.fd, out, first), 0);
+	ASSERT_TRUE(wait_bytes(k.buf, w, 1000, 5));
+	if (dereg) {
+		ASSERT_EQ(kw_dereg_mr(k.mr), 0);
+		k.mr = NULL;
+	} else {
+		li.inv_stag = k.mr->stag;
+		ASSERT_EQ(kw_post_send(k.qp, &li, 1), 1);
+		ASSERT_EQ(cq_wait_one(k.cq, &cqe, 5), 0);
+		EXPECT_EQ(cqe.wr_id, 7);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	}
+	ASSERT_EQ(writen(k.raw.fd, out + first, n - first), 0);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(s.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
+	EXPECT_EQ(s.term.ecode, KW_TERM_DDP_T_INV_STAG);
+	EXPECT_TRUE(all_bytes(k.buf + 1000, 0xaa, KBUF - 1000));
+out:
+	kend_fini(&k);
+}
+
+TEST(local_invalidate_mid_fpdu) { revoke_mid_fpdu(kwt_fail, false); }
+TEST(dereg_mid_fpdu) { revoke_mid_fpdu(kwt_fail, true); }
+
+/* ------------------------------------------------------------ MULPDU */
+
+static int set_lo_mtu(int mtu)
+{
+	struct ifreq ifr = { .ifr_mtu = mtu };
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), ret;
+
+	if (fd < 0)
+		return -errno;
+	strcpy(ifr.ifr_name, "lo");
+	ret = ioctl(fd, SIOCSIFMTU, &ifr) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/*
+ * Read one whole message's FPDUs (CRC off) from the raw socket; *max gets
+ * the largest ULPDU length. Returns the DDP opcode byte of the last FPDU
+ * or -1.
+ */
+static int raw_read_msg(struct kend *k, unsigned int *max)
+{
+	static uint8_t b[70000];
+	uint16_t ulpdu;
+
+	*max = 0;
+	for (;;) {
+		if (readn(k->raw.fd, b, 2, 5000))
+			return -1;
+		ulpdu = get_unaligned_be16(b);
+		if (readn(k->raw.fd, b + 2, ulpdu + kw_mpa_pad(ulpdu) + 4, 5000))
+			return -1;
+		if (ulpdu > *max)
+			*max = ulpdu;
+		if (b[2] & KW_DDP_FLAG_LAST)
+			return b[3] & KW_RDMAP_OPCODE_MASK;
+	}
+}
+
+/*
+ * RFC 5044 section 4.5: "If the TCP implementation needs to adjust EMSS to
+ * support MTU changes or changing TCP options, the MULPDU value is changed
+ * accordingly." The loopback MTU drops from 64 KiB to 1500 in the middle
+ * of a connection: kiwarp's FPDUs shrink to fit the new EMSS (from the
+ * message after the one during which TCP learnt of it), and QUERY_QP
+ * says so.
+ */
+TEST(mulpdu_follows_emss)
+{
+	static struct kend k;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .opcode = KIWARP_WR_RDMA_WRITE,
+				 .num_sge = 1, .sg_list = &sge, .rkey = 0x99 };
+	struct kiwarp_query_qp q;
+	unsigned int max, i;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);	/* unfence */
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 60000, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
+	EXPECT_GT(max, 8000);
+	ASSERT_EQ(set_lo_mtu(1500), 0);
+	/* the first message after the change teaches TCP the new MSS */
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+		ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
+	}
+	/* EMSS 1500 - 20 - 20 - 12 (timestamps) = 1448: MULPDU 1440 */
+	EXPECT_LE(max, 1448 - 6);
+	EXPECT_GE(max, 128);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.mulpdu, max);
+	EXPECT_EQ(set_lo_mtu(65536), 0);
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
+	EXPECT_GT(max, 8000);	/* back up, to the MULPDU of the start */
+out:
+	set_lo_mtu(65536);
 	kend_fini(&k);
 }

@@ -64,9 +64,11 @@ static inline void note(const char *fmt, ...)
  * A connected TCP pair over the loopback of family (AF_INET or AF_INET6);
  * the connecting side (*c) has TCP_NODELAY. mss > 0: both ends use that
  * maximum segment size (TCP_MAXSEG before the handshake), as on a link
- * with a small MTU. Returns 0 or -errno.
+ * with a small MTU. rcvbuf > 0: the accepted side (*s) has that SO_RCVBUF
+ * from before the handshake (so a small window scale). Returns 0 or -errno.
  */
-static inline int tcp_pair_mss(int family, int mss, int *c, int *s)
+static inline int tcp_pair_opt(int family, int mss, int rcvbuf, int *c,
+			       int *s)
 {
 	struct sockaddr_storage ss = { .ss_family = family };
 	struct sockaddr_in *sin = (void *)&ss;
@@ -84,6 +86,8 @@ static inline int tcp_pair_mss(int family, int mss, int *c, int *s)
 		return -errno;
 	if ((mss > 0 && setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss,
 				   sizeof(mss))) ||
+	    (rcvbuf > 0 && setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+				      sizeof(rcvbuf))) ||
 	    bind(l, (void *)&ss, len) || listen(l, 1) ||
 	    getsockname(l, (void *)&ss, &len))
 		goto err;
@@ -105,6 +109,11 @@ err:
 		close(*c);
 	*c = -1;
 	return ret;
+}
+
+static inline int tcp_pair_mss(int family, int mss, int *c, int *s)
+{
+	return tcp_pair_opt(family, mss, 0, c, s);
 }
 
 static inline int tcp_pair_fam(int family, int *c, int *s)
