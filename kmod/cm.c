@@ -542,12 +542,20 @@ static void kw_state_change(struct sock *sk)
 	qp = kw_sk_qp(sk);
 	if (qp && sk->sk_state != TCP_ESTABLISHED) {
 		/*
-		 * Peer closed or reset: the stream is gone. TCP reports a FIN
-		 * before the data of the same segment, which may be the
-		 * peer's Terminate: parse what is queued first.
+		 * Peer closed or reset. TCP reports a FIN before the data of
+		 * the same segment, which may be the peer's Terminate: parse
+		 * what is queued first. A FIN after whole messages, with
+		 * everything before it consumed (the queue is empty once
+		 * tcp_read_sock() ate the FIN), is a half-close: what we
+		 * owe the peer still goes out. Anything else ends the stream.
 		 */
 		kw_rx_drain(qp, sk);
-		kw_qp_set_error(qp);
+		if (sk->sk_state == TCP_CLOSE_WAIT && !kw_rx_failed(&qp->rx) &&
+		    kw_rx_at_fpdu(&qp->rx) && !qp->rx_buf_valid &&
+		    skb_queue_empty(&sk->sk_receive_queue))
+			kw_qp_peer_closed(qp);
+		else
+			kw_qp_set_error(qp);
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 }
@@ -928,7 +936,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	mss = tcp_sk(sk)->mss_cache;
 	release_sock(sk);
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
-	if (res->crc)
+	if (res->crc && initiator)	/* the responder did before its Reply */
 		kw_rx_reserve(sk);
 	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
 	/*
@@ -1318,6 +1326,10 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 		ret = len;
 		goto out_unlock;	/* e.g. private data too long: retry */
 	}
+	/* The initiator may send FPDUs as soon as it has the Reply: with
+	 * CRC the window that holds a whole one must be there first. */
+	if (!rep.reject && res.crc)
+		kw_rx_reserve(qp->sock->sk);
 	ret = cm_send(qp, buf, len);
 	if (ret)
 		goto out_fail;

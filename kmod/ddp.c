@@ -505,18 +505,7 @@ static void rx_header_done(struct kw_rx *rx)
 		rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
 						rx->hdr_got);
 
-	/*
-	 * RFC 5044 section 4.1: the ULPDU holds the whole DDP header; a
-	 * shorter length cannot be a DDP segment (RFC 5041 section 7.2,
-	 * local catastrophic error, code 0). Nothing can be skipped safely,
-	 * so this one is reported at once even with CRC.
-	 */
-	if (rx->ulpdu_len < hlen) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_CATASTROPHIC,
-			 0);
-		return;
-	}
-	len = rx->ulpdu_len - hlen;
+	len = rx->ulpdu_len - hlen;	/* >= 0: rx_hdr() checked */
 	rx->discard = false;
 	rx->data_done = 0;
 	rx->trailer_got = 0;
@@ -569,6 +558,22 @@ static size_t rx_hdr(struct kw_rx *rx, const u8 *p, size_t len)
 				    KW_DDP_UNTAGGED_HDR_LEN);
 		if (rx->hdr_got == need)
 			break;
+		/*
+		 * RFC 5044 section 4.1: the ULPDU holds the whole DDP header.
+		 * Known to be shorter as soon as the control byte is in: stop
+		 * there, at the end of a minimal FPDU, rather than read the
+		 * next FPDU's bytes as this header (RFC 5041 section 7.2,
+		 * local catastrophic error, code 0; nothing can be skipped
+		 * safely, so reported at once even with CRC).
+		 */
+		if (rx->hdr_got >= 4 &&
+		    get_unaligned_be16(rx->hdr) < need - 2) {
+			rx->ulpdu_len = get_unaligned_be16(rx->hdr);
+			rx->bad_len = 0;
+			rx_error(rx, KW_TERM_LAYER_DDP,
+				 KW_TERM_DDP_ETYPE_CATASTROPHIC, 0);
+			return used;
+		}
 		if (used == len)
 			return used;
 		take = min_t(u32, need - rx->hdr_got, len - used);

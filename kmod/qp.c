@@ -535,6 +535,50 @@ void kw_qp_set_error(struct kw_qp *qp)
 }
 
 /*
+ * The peer closed its half of the connection (TCP FIN) between messages.
+ * RFC 5041 section 6.2.1: DDP "SHOULD ... continue to process outbound
+ * data transfer requests normally". Nothing can arrive any more, so the
+ * posted receives and the Reads still waiting for their Response are
+ * flushed now (Reads posted later flush in tx_pick_sq()); the Read
+ * Responses the peer is owed and the send queue still go out, and then
+ * tx_work closes our half and the QP goes to ERROR, as after
+ * KIWARP_MODIFY_CLOSE. A responder still fenced (no FPDU received, or no
+ * RTR) has nothing to finish: ERROR at once.
+ */
+void kw_qp_peer_closed(struct kw_qp *qp)
+{
+	spin_lock_bh(&qp->lock);
+	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
+	    READ_ONCE(qp->fenced) || READ_ONCE(qp->rtr_wait)) {
+		spin_unlock_bh(&qp->lock);
+		kw_qp_set_error(qp);
+		return;
+	}
+	qp->state = KIWARP_QPS_CLOSING;
+	qp->peer_closed = true;
+	while (qp->orq_head != qp->orq_tail) {
+		struct kw_orq *o = &qp->orq[qp->orq_head++ & (KW_MAX_ORD - 1)];
+		struct kw_wr *wr;
+
+		if (o->sq_idx == ~0U)
+			continue;
+		wr = &qp->sq_wr[o->sq_idx & (qp->sq.entries - 1)];
+		if (!wr->done) {
+			wr->done = true;
+			wr->status = KIWARP_WC_WR_FLUSH_ERR;
+		}
+	}
+	sq_complete_locked(qp);
+	while (qp->rq_compl != qp->rq_pulled)
+		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
+				  0, 0, 0);
+	rq_flush_ring_locked(qp);
+	qp->rx_buf_valid = false;
+	spin_unlock_bh(&qp->lock);
+	kw_qp_kick_tx(qp);
+}
+
+/*
  * A protocol violation was detected locally (receive path or a check in the
  * tx path): queue the Terminate, stop accepting new work, and let tx_work
  * send the Terminate before the QP goes to ERROR.

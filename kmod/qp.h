@@ -124,6 +124,9 @@ struct kw_qp {
 	struct kw_mpa_result mpa;
 	u32 mulpdu;		/* at RTS, from EMSS: the largest (kw_qp_mulpdu()) */
 	bool rtr_wait;		/* responder, P2P: the RTR is still due */
+	bool peer_closed;	/* the peer's FIN came between messages: no
+				 * more input, outbound work still goes out
+				 * (kw_qp_peer_closed()) */
 	bool fenced;		/* responder: no FPDU out before one came in
 				 * (RFC 5044 7.1.2); set in go_rts, cleared
 				 * by the receive path (READ/WRITE_ONCE) */
@@ -232,6 +235,7 @@ enum kw_tx_kind {
 struct kw_qp *kw_qp_get(struct kw_ctx *ctx, u32 handle);
 void kw_qp_put(struct kw_qp *qp);
 void kw_qp_set_error(struct kw_qp *qp);
+void kw_qp_peer_closed(struct kw_qp *qp);
 void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 			 u8 status);
 /* A local error (RFC 5040 7.1): Terminate 0/0/0, then ERROR. Caller holds

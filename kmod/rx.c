@@ -461,37 +461,44 @@ static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
 }
 
 /*
- * Run len queued bytes from offset in skb through c. False if fewer are
- * queued (the FIN came first). Caller holds the socket, so the receive
- * queue cannot change.
+ * Run the len queued bytes from sequence number seq (in skb) through c.
+ * Returns 1, 0 if fewer are queued (the FIN came first), or -EIO if an skb
+ * cannot be read. The receive queue may hold overlapping skbs (a
+ * retransmission cut differently): each one is entered at seq, as
+ * tcp_recv_skb() does. Caller holds the socket, so the queue cannot
+ * change.
  */
-static bool rx_walk(struct sock *sk, struct sk_buff *skb, u32 offset,
-		    u32 len, struct rx_crc *c)
+static int rx_walk(struct sock *sk, struct sk_buff *skb, u32 seq, u32 len,
+		   struct rx_crc *c)
 {
-	while (len) {
+	for (;;) {
+		u32 off = seq - TCP_SKB_CB(skb)->seq, take, got = 0, n;
 		struct skb_seq_state st;
-		u32 take = skb->len - offset, got = 0, n;
 		const u8 *data;
 
-		if (offset > skb->len)
-			return false;
-		take = min(take, len);
-		skb_prepare_seq_read(skb, offset, offset + take, &st);
-		while (got < take && (n = skb_seq_read(got, &data, &st))) {
-			n = min(n, take - got);
-			rx_crc_chunk(c, data, n);
-			got += n;
+		if (off < skb->len) {
+			take = min(skb->len - off, len);
+			skb_prepare_seq_read(skb, off, off + take, &st);
+			while (got < take &&
+			       (n = skb_seq_read(got, &data, &st))) {
+				n = min(n, take - got);
+				rx_crc_chunk(c, data, n);
+				got += n;
+			}
+			skb_abort_seq_read(&st);
+			if (got < take)
+				return -EIO;
+			len -= take;
+			seq += take;
+			if (!len)
+				return 1;
 		}
-		skb_abort_seq_read(&st);
-		len -= take;
-		if (!len)
-			break;
 		if (skb_queue_is_last(&sk->sk_receive_queue, skb))
-			return false;
+			return 0;
 		skb = skb_queue_next(&sk->sk_receive_queue, skb);
-		offset = 0;
+		if (after(TCP_SKB_CB(skb)->seq, seq))
+			return -EIO;	/* a hole: cannot be in this queue */
 	}
-	return true;
 }
 
 /*
@@ -500,25 +507,31 @@ static bool rx_walk(struct sock *sk, struct sk_buff *skb, u32 offset,
  * FPDU starting at offset in skb stays in the socket's receive queue
  * until all of it is there; its CRC is computed over the skbs in place.
  * Returns the FPDU's length once verified, 0 while it is incomplete, or
- * -EBADMSG. go_rts() sized the receive buffer so that the largest FPDU
- * fits (kw_rx_setup()).
+ * -EBADMSG (bad CRC, or bytes that cannot be read). kw_rx_reserve() sized
+ * the receive buffer so that the largest FPDU fits.
  */
 static int rx_verify(struct sock *sk, struct sk_buff *skb, u32 offset)
 {
-	u32 queued = tcp_sk(sk)->rcv_nxt - (TCP_SKB_CB(skb)->seq + offset);
+	u32 seq = TCP_SKB_CB(skb)->seq + offset;
+	u32 queued = tcp_sk(sk)->rcv_nxt - seq;
 	struct rx_crc c = { 0 };	/* first: the length field, into wire */
 	u32 total;
+	int ret;
 
 	/* rcv_nxt counts a FIN too: rx_walk() has the last word */
-	if (queued < 2 || !rx_walk(sk, skb, offset, 2, &c))
+	if (queued < 2)
 		return 0;
+	ret = rx_walk(sk, skb, seq, 2, &c);
+	if (ret <= 0)
+		return ret ? -EBADMSG : 0;
 	total = kw_mpa_fpdu_len(get_unaligned_be16(c.wire));
 	if (queued < total)
 		return 0;
 	c = (struct rx_crc){ .crc_len = total - 4,
 			     .crc = kw_mpa_crc_init() };
-	if (!rx_walk(sk, skb, offset, total, &c))
-		return 0;
+	ret = rx_walk(sk, skb, seq, total, &c);
+	if (ret <= 0)
+		return ret ? -EBADMSG : 0;
 	return kw_mpa_crc_check(c.crc, c.wire) ? total : -EBADMSG;
 }
 
@@ -549,8 +562,13 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 		n = len - done;
 		if (qp->rx.crc) {
 			if (!qp->rx_verified) {
-				/* rx_verified ends where the parser's FPDU does */
-				if (WARN_ON_ONCE(!kw_rx_at_fpdu(&qp->rx))) {
+				/*
+				 * rx_verified ends where the parser's FPDU
+				 * does (an FPDU too short for its header
+				 * fails the parser there); if not, what
+				 * the parser would take was never checked.
+				 */
+				if (!kw_rx_at_fpdu(&qp->rx)) {
 					kw_rx_crc_failed(&qp->rx);
 					rx_fail(qp);
 					return len;

@@ -593,6 +593,14 @@ static bool tx_pick_sq(struct kw_qp *qp)
 			qp->sq_tx++;
 			goto local_error;
 		}
+		if (w->opcode == KIWARP_WR_RDMA_READ && qp->peer_closed) {
+			/* no Response can come after the peer's FIN */
+			wr->status = KIWARP_WC_WR_FLUSH_ERR;
+			wr->done = true;
+			qp->sq_tx++;
+			qp->tx_local_done = true;
+			continue;
+		}
 		if (w->opcode == KIWARP_WR_RDMA_READ &&
 		    qp->orq_tail - qp->orq_head >= qp->orq_size)
 			return false;	/* ORD reached: wait for a response */
@@ -851,7 +859,8 @@ again:
 	}
 
 	/*
-	 * An orderly close waits until everything posted went out. CLOSING
+	 * An orderly close waits until everything posted went out, and the
+	 * Read Responses the peer is owed (RFC 5041 section 6.2.1). CLOSING
 	 * is set under qp->lock and then tx_work is queued, so a stale read
 	 * here is followed by another run.
 	 */
@@ -859,7 +868,8 @@ again:
 		return false;
 	spin_lock_bh(&qp->lock);
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled &&
-	    qp->orq_head == qp->orq_tail && !qp->tx_active) {
+	    qp->orq_head == qp->orq_tail && qp->irq_head == qp->irq_tail &&
+	    !qp->tx_active) {
 		spin_unlock_bh(&qp->lock);
 		kw_qp_set_error(qp);
 		return false;

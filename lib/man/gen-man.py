@@ -197,7 +197,15 @@ semantics after the entries were copied.
 .PP
 \\fBkw_cq_ready\\fR returns the number of completions waiting.
 .PP
-One thread at a time may poll a given CQ.""",
+One thread at a time may poll a given CQ.
+.SS Busy polling
+Polling an empty CQ costs a load and a compare: an application may spin
+on \\fBkw_poll_cq\\fR and fall back to \\fBkw_wait_cq\\fR(3) after a number of
+empty polls. The kernel's socket busy polling (\\fBSO_BUSY_POLL\\fR,
+\\fInet.core.busy_read\\fR) has no effect on a QP: kiwarp receives in the
+softirq that delivers each TCP segment, not from \\fBrecv\\fR(2) on its
+socket. See Documentation/performance.md ("Busy polling") for the
+interplay with \\fInapi_defer_hard_irqs\\fR.""",
      "\\fBkw_poll_cq\\fR returns the number of completions copied (0 if none) or \\-EINVAL.",
      [("EINVAL", "\\fIcq\\fR is NULL, or \\fIout\\fR is NULL with \\fIn\\fR > 0.")],
      ["kw_wait_cq", "kw_create_cq", "kw_post_send", "kw_post_recv"])
@@ -247,8 +255,18 @@ page("kw_modify_qp", "move a queue pair to ERROR or close it",
      ["int kw_modify_qp(struct kw_qp *qp, uint32_t action);"],
      """\\fBKIWARP_MODIFY_ERROR\\fR moves \\fIqp\\fR to ERROR: every outstanding work
 request completes with \\fBKIWARP_WC_WR_FLUSH_ERR\\fR.
-\\fBKIWARP_MODIFY_CLOSE\\fR starts an orderly close once the send queue has
-drained.""",
+\\fBKIWARP_MODIFY_CLOSE\\fR starts an orderly close (state
+\\fBKIWARP_QPS_CLOSING\\fR): once the send queue has drained and the RDMA
+Read Responses the peer is owed have gone out, kiwarp closes the stream and
+the QP ends in ERROR.
+.PP
+The peer may close first. A TCP FIN that arrives between messages is a
+half-close (RFC 5041 section 6.2.1): the QP moves to
+\\fBKIWARP_QPS_CLOSING\\fR by itself, the posted receives complete with
+\\fBKIWARP_WC_WR_FLUSH_ERR\\fR (that is how the ULP learns of it), and so
+do RDMA Reads still waiting for a Response and any posted later; Sends,
+Writes and the Read Responses owed still go out, and then the QP closes as
+above. A FIN in the middle of a message ends the stream: ERROR.""",
      RET_ZERO, COMMON_ERR, ["kw_query_qp", "kw_destroy_qp"])
 
 CONN_PARAM = """.PP
@@ -281,7 +299,10 @@ Nothing else may be read from or written to \\fIsockfd\\fR afterwards.""",
      RET_ZERO,
      [("EINVAL", "Bad argument or parameter combination."),
       ("EBADF", "\\fIsockfd\\fR is negative or not a connected TCP socket."),
-      ("ECONNREFUSED", "The responder rejected the connection."),
+      ("ECONNREFUSED", """The responder rejected the connection. The QP is in ERROR; \\fIsockfd\\fR
+is the application's again, connected and open (RFC 5044 section 7.1.2:
+the ULP may close it or use it for something else), its reply private
+data in \\fIresult\\fR."""),
       ("ETIMEDOUT", "No MPA Reply within the timeout."),
       ("EPROTO", "Malformed MPA Reply or parameters that cannot be negotiated."),
       ("EINTR", "A signal interrupted the call.")],
@@ -368,9 +389,18 @@ page("kw_accept_reply", "accept or reject an MPA connection request",
 carrying \\fIpdata\\fR and moves \\fIqp\\fR to RTS; \\fIresult\\fR (if not NULL)
 receives the negotiated parameters (its \\fIpdata_len\\fR is 0: the
 initiator's private data came with \\fBkw_accept\\fR(3)). With
-\\fBKIWARP_REPLY_REJECT\\fR sends a Reply with the Reject flag, closes the
-connection and moves the QP to ERROR.
-""" + CONN_PARAM.replace("timeout_ms\\fR\n(0: kernel default, 10 s)", "timeout_ms\\fR\n(ignored here)"),
+\\fBKIWARP_REPLY_REJECT\\fR sends a Reply with the Reject flag and moves the
+QP to ERROR. A socket passed to \\fBkw_accept\\fR(3) as a file descriptor
+is the application's again, connected and open (RFC 5044 section 7.1.2);
+one kiwarp accepted from a listener is closed.
+""" + CONN_PARAM.replace("timeout_ms\\fR\n(0: kernel default, 10 s)", "timeout_ms\\fR\n(ignored here)") + """
+.PP
+An initiator that asks for peer-to-peer mode gets it even when \\fIparam\\fR
+does not set \\fBKIWARP_CONN_P2P\\fR (RFC 6581 section 9.2): the Reply
+allows one RTR type, \\fIrtr\\fR's if given. Once accepted, the QP sends
+nothing, work posted meanwhile included, until the initiator's first
+message (the RTR in peer-to-peer mode) has arrived (RFC 5044 section
+7.1.2): without peer-to-peer mode the initiator speaks first.""",
      RET_ZERO,
      [("EINVAL", "Bad argument, or the QP is not in \\fBKIWARP_QPS_MPA_REQ_RCVD\\fR."),
       ("EPROTO", "The requested parameters cannot be negotiated.")],

@@ -286,6 +286,28 @@ TEST(term_ulpdu_shorter_than_header)
 
 	run_one(&m, pattern, mut_len13, NULL);
 	EXPECT_TERM(&tr, 1, 0, 0);
+	/* the verdict comes with the control byte, before the parser could
+	 * take the next FPDU's bytes for the rest of this header */
+	EXPECT_EQ(tr.consumed, 4);
+	EXPECT_FALSE(tr.rx.term.has_ddp_hdr);
+}
+
+TEST(verified_minimal_fpdu_shorter_than_header)
+{
+	/* An 8-byte FPDU (ULPDU length 0) with a good CRC, verified ahead,
+	 * then more bytes: the parser stops inside it, with DDP 1/0/0,
+	 * and never reaches the bytes the caller did not verify. */
+	u8 f[16] = { 0, 0, 0x41, 0x43 };
+
+	fix_crc(f);
+	memset(f + 8, 0x41, 8);
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	kw_rx_verified(&tr.rx);
+	tr.consumed = kw_rx_input(&tr.rx, f, sizeof(f));
+	EXPECT_TERM(&tr, 1, 0, 0);
+	EXPECT_LE(tr.consumed, 8);
+	EXPECT_EQ(tr.w.nplace, 0);
 }
 
 TEST(term_invalid_qn)

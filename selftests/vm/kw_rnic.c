@@ -962,7 +962,7 @@ static size_t write_fpdu(struct kend *k, const uint8_t *w, uint32_t len,
 	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = len,
 			       .stag = k->mr->stag,
 			       .to = (uintptr_t)k->buf + off,
-			       .mulpdu = 65000 };
+			       .mulpdu = 65535 };
 	uint8_t *end = rp_build(&k->raw, &m, w, out);
 
 	return end ? (size_t)(end - out) : 0;
@@ -1040,15 +1040,57 @@ out:
 }
 
 /*
+ * The smallest FPDU there is (ULPDU length 0, 8 bytes) with a good CRC:
+ * too short for any DDP header. kiwarp checks its CRC, then the parser
+ * stops inside it with DDP's catastrophic error (1/0/0) instead of
+ * reading the next FPDU's bytes as the rest of its header; the valid
+ * Write behind it places nothing.
+ */
+TEST(crc_fpdu_shorter_than_ddp_header)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t w[100], out[512];
+	uint8_t tiny[8] = { 0, 0, 0x41, 0x43 };
+	struct kw_rx rx;
+	size_t n;
+	uint32_t crc;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, true);
+	if (*kwt_fail)
+		goto out;
+	memset(k.buf, 0xaa, KBUF);
+	crc = kw_mpa_crc_update(kw_mpa_crc_init(), tiny, 4);
+	kw_mpa_crc_put(crc, tiny + 4);
+	memcpy(out, tiny, sizeof(tiny));
+	fill(w, sizeof(w), 5);
+	n = write_fpdu(&k, w, sizeof(w), 0, out + sizeof(tiny));
+	ASSERT_GT(n, 0);
+	ASSERT_EQ(writen(k.raw.fd, out, sizeof(tiny) + n), 0);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, true, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(s.term.etype, 0);
+	EXPECT_EQ(s.term.ecode, 0);
+	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
+out:
+	kend_fini(&k);
+}
+
+/*
  * Holding each FPDU until it is complete must not stall a connection
- * whose FPDUs are as large as the window allows: kiwarp's socket starts
- * with a 4 KiB SO_RCVBUF (window scale 0) and the peer sends 60000-byte
- * FPDUs, each only placeable once all of it is queued.
+ * whose FPDUs are as large as they come: kiwarp's socket starts with a
+ * 4 KiB SO_RCVBUF (window scale 0) and the peer sends FPDUs of the
+ * largest ULPDU (65535 bytes), each placeable only once all of it is
+ * queued.
  */
 TEST(crc_large_fpdus_small_rcvbuf)
 {
 	static struct kend k;
-	static uint8_t w[60000], out[61000];
+	static uint8_t w[65535 - 14], out[KW_MPA_FPDU_MAX];
 	unsigned int i;
 	size_t n;
 
@@ -1172,7 +1214,7 @@ static int raw_read_msg(struct kend *k, unsigned int *max)
  * message after the one during which TCP learnt of it), and QUERY_QP
  * says so.
  */
-TEST(mulpdu_follows_emss)
+static void mulpdu_follows_emss_body(int *kwt_fail)
 {
 	static struct kend k;
 	struct kiwarp_sge sge;
@@ -1196,18 +1238,187 @@ TEST(mulpdu_follows_emss)
 		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
 		ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
 	}
-	/* EMSS 1500 - 20 - 20 - 12 (timestamps) = 1448: MULPDU 1440 */
+	/* EMSS 1500 - 20 - 20 - 12 (timestamps) = 1448: MULPDU 1442 */
 	EXPECT_LE(max, 1448 - 6);
 	EXPECT_GE(max, 128);
 	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
 	EXPECT_EQ(q.mulpdu, max);
-	EXPECT_EQ(set_lo_mtu(65536), 0);
+	ASSERT_EQ(set_lo_mtu(65536), 0);
 	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
 	ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
 	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
 	ASSERT_EQ(raw_read_msg(&k, &max), KW_OP_WRITE);
 	EXPECT_GT(max, 8000);	/* back up, to the MULPDU of the start */
 out:
-	set_lo_mtu(65536);
+	kend_fini(&k);
+}
+
+TEST(mulpdu_follows_emss)
+{
+	mulpdu_follows_emss_body(kwt_fail);
+	/* an ASSERT returns early: the later tests need lo's MTU back */
+	EXPECT_EQ(set_lo_mtu(65536), 0);
+}
+
+/* ------------------------------------------------------------ half-close */
+
+static bool never(const struct rp_sink *s)
+{
+	(void)s;
+	return false;
+}
+
+/*
+ * RFC 5041 section 6.2.1: on the peer's FIN, DDP "SHOULD ... continue to
+ * process outbound data transfer requests normally". The peer sends eight
+ * 64 KiB Read Requests and closes its half in the same write: kiwarp still
+ * sends all eight Read Responses (with the right bytes) and the Send its
+ * ULP posted, then closes its own half and the QP ends in ERROR. What can
+ * no longer complete is flushed: the posted receive (which is how the ULP
+ * learns of the FIN), and a Read posted after it, which never goes out.
+ */
+TEST(half_close_serves_read_responses)
+{
+	enum { NR = 8, SZ = KBUF };
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t mem[SZ], want[SZ];
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 };
+	struct kw_send_wr wr = { .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	uint8_t rr[KW_READ_REQ_LEN], out[NR * 64], *p = out;
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe e;
+	struct kw_tx_msg m;
+	struct kw_rx rx;
+	unsigned int i, n, resp = 0, sends = 0;
+	int sent = -1, read = -1, small = 4096, big = 1 << 20;
+	double end;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 16, k.mr->stag };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);	/* unfence */
+	/* the peer reads nothing until the end and has a small receive
+	 * buffer: most Read Responses are still owed when the FIN is in */
+	ASSERT_EQ(setsockopt(k.raw.fd, SOL_SOCKET, SO_RCVBUF, &small,
+			     sizeof(small)), 0);
+	wr.wr_id = 3;
+	wr.opcode = KIWARP_WR_SEND;
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	fill(k.buf, SZ, 9);
+	memcpy(want, k.buf, SZ);
+	for (i = 0; i < NR; i++) {
+		struct kw_read_req r = { .sink_stag = 0x55, .sink_to = 0,
+					 .src_stag = k.mr->stag,
+					 .src_to = (uintptr_t)k.buf,
+					 .size = SZ };
+
+		kw_read_req_encode(&r, rr);
+		m = (struct kw_tx_msg){ .opcode = KW_OP_READ_REQ,
+					.qn = KW_QN_READ_REQ, .msn = i + 1,
+					.inline_data = rr,
+					.inline_len = KW_READ_REQ_LEN };
+		p = rp_build(&k.raw, &m, rr, p);
+		ASSERT_NE(p, NULL);
+	}
+	/* all the requests and the FIN in one go */
+	ASSERT_EQ(writen(k.raw.fd, out, p - out), 0);
+	ASSERT_EQ(shutdown(k.raw.fd, SHUT_WR), 0);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	if (e.wr_id == 3) {		/* the Send may complete first */
+		sent = e.status;
+		ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	}
+	EXPECT_EQ(e.wr_id, 1);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	wr.wr_id = 2;
+	wr.opcode = KIWARP_WR_RDMA_READ;
+	wr.rkey = 0x66;
+	wr.remote_addr = 0;
+	EXPECT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	/* the FIN is in: now the peer takes everything, fast */
+	ASSERT_EQ(setsockopt(k.raw.fd, SOL_SOCKET, SO_RCVBUF, &big,
+			     sizeof(big)), 0);
+	memset(&s, 0, sizeof(s));
+	s.mem = mem;
+	s.mem_len = sizeof(mem);
+	kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
+	rp_read(&k.raw, &rx, &s, 20, never);	/* until kiwarp's FIN */
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	EXPECT_FALSE(s.got_term);
+	ASSERT_EQ(s.n, NR + 1);
+	for (i = 0; i < s.n; i++) {
+		/* (len is the last segment's for a tagged message) */
+		resp += s.msg[i].opcode == KW_OP_READ_RESP;
+		sends += s.msg[i].opcode == KW_OP_SEND;
+	}
+	EXPECT_EQ(resp, NR);
+	EXPECT_EQ(sends, 1);
+	EXPECT_EQ(s.placed, NR * SZ + 16);
+	EXPECT_MEMEQ(mem, want, SZ);
+	for (n = 0; n < 2 && !cq_wait_one(k.cq, &e, 5); n++) {
+		if (e.wr_id == 2)
+			read = e.status;
+		if (e.wr_id == 3)
+			sent = e.status;
+	}
+	EXPECT_EQ(read, KIWARP_WC_WR_FLUSH_ERR);
+	EXPECT_EQ(sent, KIWARP_WC_SUCCESS);
+	/* kiwarp closed its half: the QP ends in ERROR */
+	end = now() + 5;
+	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
+	       now() < end)
+		usleep(1000);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+out:
+	kend_fini(&k);
+}
+
+/*
+ * A FIN in the middle of a message is no half-close: the stream ended
+ * short and the QP goes to ERROR, so a Send posted then is flushed rather
+ * than sent.
+ */
+TEST(fin_mid_message_is_an_error)
+{
+	static struct kend k;
+	static uint8_t a[3000], out[8192];
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 };
+	struct kw_send_wr wr = { .wr_id = 2, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe e;
+	struct kw_tx_msg m;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, sizeof(a), k.mr->stag };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);	/* unfence */
+	/* a Send in three FPDUs, of which only the first goes */
+	m = (struct kw_tx_msg){ .opcode = KW_OP_SEND, .qn = KW_QN_SEND,
+				.msn = 1, .len = sizeof(a), .mulpdu = 1448 };
+	ASSERT_NE(rp_build(&k.raw, &m, a, out), NULL);
+	ASSERT_EQ(writen(k.raw.fd, out, kw_mpa_fpdu_len(1448)), 0);
+	ASSERT_EQ(shutdown(k.raw.fd, SHUT_WR), 0);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	EXPECT_EQ(e.wr_id, 1);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	kw_post_send(k.qp, &wr, 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 5), 0);
+	EXPECT_EQ(e.wr_id, 2);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+out:
 	kend_fini(&k);
 }

@@ -87,7 +87,11 @@
  * KIWARP_IOC_QUERY_QP      QP state, negotiated parameters, the last
  *                          Terminate sent and received (layer/type/code).
  * KIWARP_IOC_MODIFY_QP     Move the QP to ERROR (flush) or start an orderly
- *                          close.
+ *                          close. The peer's TCP FIN between messages
+ *                          starts one too (half-close, RFC 5041 6.2.1):
+ *                          state CLOSING, posted receives and Reads that
+ *                          can no longer be answered flushed, the rest
+ *                          still sent; a FIN mid-message: ERROR.
  *
  * SOCKETS
  *
@@ -399,7 +403,8 @@ struct kiwarp_query_qp {
 };
 
 #define KIWARP_MODIFY_ERROR	1	/* to ERROR: flush everything */
-#define KIWARP_MODIFY_CLOSE	2	/* orderly close once SQ drained */
+#define KIWARP_MODIFY_CLOSE	2	/* orderly close once the SQ drained and
+					 * owed Read Responses went out */
 
 struct kiwarp_modify_qp {
 	__u32 qp;
