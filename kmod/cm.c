@@ -1088,6 +1088,8 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 		goto out_fail;
 	got_rep = true;
 	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
+	arg->peer_ird = res.peer_ird;
+	arg->peer_ord = res.peer_ord;
 	if (ret == -ECONNREFUSED) {
 		cm_reject(qp);
 		goto out_unlock;

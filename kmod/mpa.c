@@ -374,14 +374,23 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 		if (!res->rtr)
 			return fail_term(res, KW_TERM_LLP_NO_MATCHING_RTR);
 		res->p2p = true;
-	} else if (reply->enhanced && local->p2p) {
+	} else if (local->p2p && lrev >= 2) {
 		/*
 		 * RFC 6581 section 9.2: "If Control Flag A is 1 in the MPA
 		 * Request message, then the responder MUST set Control Flag A
-		 * to 1 in the MPA reply message."
+		 * to 1 in the MPA reply message." An unenhanced Reply (S = 0,
+		 * or revision 1) to our enhanced Request cannot carry it
+		 * either (section 10: an enhanced responder answers enhanced):
+		 * no RTR was negotiated, and the ULP asked for peer-to-peer.
 		 */
 		return fail_term(res, KW_TERM_LLP_NO_MATCHING_RTR);
 	}
+	/*
+	 * Client-server: an unenhanced Reply to our enhanced Request is the
+	 * fallback RFC 6581 section 10 allows the initiator ("let the ULP
+	 * deal with ORD and IRD"): the local IRD/ORD stay, peer_ird/peer_ord
+	 * stay 0 (unknown).
+	 */
 	return 0;
 }
 

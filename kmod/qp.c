@@ -895,7 +895,8 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	struct kw_qp *qp;
 	u32 handle = arg->qp;
 
-	if (arg->copy_max || !kw_mem_is_zero(arg->reserved, sizeof(arg->reserved)))
+	if (arg->copy_max || arg->peer_ird || arg->peer_ord ||
+	    arg->reserved0 || arg->reserved)
 		return -EINVAL;
 	qp = kw_qp_get(ctx, handle);
 	if (!qp)
@@ -915,6 +916,8 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->param.ord = qp->mpa.ord;
 	arg->term_sent = qp->term_sent;
 	arg->term_rcvd = qp->term_rcvd;
+	arg->peer_ird = qp->mpa.peer_ird;
+	arg->peer_ord = qp->mpa.peer_ord;
 	arg->mulpdu = kw_qp_mulpdu(qp);
 	arg->copy_max = qp->copy_max;
 	arg->tx_bytes = qp->tx_bytes;

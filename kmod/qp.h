@@ -161,6 +161,8 @@ struct kw_qp {
 	struct kw_mr *rx_buf_mr[KIWARP_MAX_SGE];	/* our refs on its MRs */
 	bool rx_buf_valid;
 	bool rx_revoked;		/* a placement was refused (rx_place) */
+	u32 rx_rresp;			/* bytes of the Read Response being
+					 * received so far */
 	u32 rx_verified;		/* CRC on: bytes left of the FPDU whose
 					 * CRC rx_verify() checked in the skbs */
 	u32 rx_rq_idx;

@@ -279,10 +279,21 @@ bad:
 	return -EPROTO;
 }
 
-static int rx_read_resp_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
-			     struct kw_term *t)
+/*
+ * A segment of the Read Response to the oldest outstanding Read has been
+ * placed (rx_lookup_stag() kept it inside the Read's sink). RFC 5040
+ * section 5.2.2: the Data Sink "MAY validate that the STag, Tagged
+ * Offset, and length of the RDMA Read Response Message are the same as"
+ * the Request's. kiwarp does: each segment must continue where the last
+ * one ended, and the whole Response must be exactly as long as the Read,
+ * or the Read would complete with bytes of its sink never written (DDP
+ * tagged base/bounds, 1/1/1, as siw answers).
+ */
+static int rx_read_resp_seg(struct kw_qp *qp, const struct kw_ddp_hdr *h,
+			    u32 placed, struct kw_term *t)
 {
 	struct kw_orq *o;
+	bool ok;
 
 	spin_lock_bh(&qp->lock);
 	if (qp->orq_head == qp->orq_tail) {
@@ -292,7 +303,24 @@ static int rx_read_resp_done(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 		     KW_TERM_RDMAP_UNEXP_OPCODE);
 		return -EPROTO;
 	}
-	o = &qp->orq[qp->orq_head++ & (KW_MAX_ORD - 1)];
+	o = &qp->orq[qp->orq_head & (KW_MAX_ORD - 1)];
+	ok = (!placed || h->to == o->sink_to + qp->rx_rresp) &&
+	     o->len - qp->rx_rresp >= placed;
+	qp->rx_rresp += placed;
+	if (ok && h->last)
+		ok = qp->rx_rresp == o->len;
+	if (!ok || !h->last) {
+		spin_unlock_bh(&qp->lock);
+		if (ok)
+			return 0;
+		/* the tagged buffer's bounds, as siw reports it */
+		term(t, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+		     KW_TERM_DDP_T_BASE_BOUNDS);
+		return -EPROTO;
+	}
+	/* RFC 5040 section 5.5 rule 19: the Read completes on delivery */
+	qp->rx_rresp = 0;
+	qp->orq_head++;
 	if (o->sq_idx != ~0U) {
 		struct kw_wr *wr = &qp->sq_wr[o->sq_idx & (qp->sq.entries - 1)];
 
@@ -372,7 +400,7 @@ static int rx_segment_op(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 		return 0;
 	case KW_OP_READ_RESP:
 		rx_mr_release(qp);
-		return h->last ? rx_read_resp_done(qp, h, t) : 0;
+		return rx_read_resp_seg(qp, h, placed, t);
 	case KW_OP_SEND:
 	case KW_OP_SEND_SE:
 	case KW_OP_SEND_INV:

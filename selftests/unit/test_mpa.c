@@ -490,6 +490,35 @@ TEST(initiator_rtr_mismatch)
 	EXPECT_EQ(r.term, 0);
 }
 
+TEST(unenhanced_reply_to_enhanced_request)
+{
+	/* RFC 6581 section 10: an enhanced responder answers enhanced. A
+	 * Reply without S (rev 2) or of rev 1 cannot carry A and an RTR:
+	 * with P2P asked for that is Terminate 2/0/7, not a silent
+	 * client-server connection. */
+	struct kw_mpa_cfg ic = { .rev = 2, .p2p = true, .rtr = KW_RTR_ALL,
+				 .ird = 8, .ord = 8 };
+	struct kw_mpa_frame rep = { .reply = true, .rev = 2 };
+	struct kw_mpa_result r;
+
+	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_NO_MATCHING_RTR);
+	rep.rev = 1;
+	EXPECT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), -EPROTO);
+	EXPECT_EQ(r.term, KW_TERM_LLP_NO_MATCHING_RTR);
+	/* client-server: the fallback section 10 allows, local IRD/ORD,
+	 * the peer's unknown */
+	ic.p2p = false;
+	ic.rtr = 0;
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &r), 0);
+	EXPECT_EQ(r.rev, 1);
+	EXPECT_FALSE(r.p2p);
+	EXPECT_EQ(r.ird, 8);
+	EXPECT_EQ(r.ord, 8);
+	EXPECT_EQ(r.peer_ird, 0);
+	EXPECT_EQ(r.peer_ord, 0);
+}
+
 TEST(ird_ord_negotiation)
 {
 	struct kw_mpa_cfg ic = { .rev = 2, .ird = 16, .ord = 32 };

@@ -279,14 +279,17 @@ TEST(responder_fenced_without_p2p)
  * kiwarp as initiator offering only the Write RTR; the responder allows
  * only Read. RFC 6581 section 9.2: Terminate layer 2 (LLP), type 0 (MPA),
  * code 7 (no matching RTR option), then close; CRC as negotiated frames it.
+ * enhanced false: the Reply has no S at all, so no A and no RTR (section
+ * 10: an enhanced responder answers enhanced): the same Terminate, not a
+ * connection without the P2P the ULP asked for.
  */
-static void no_matching_rtr(int *kwt_fail, bool crc)
+static void no_matching_rtr(int *kwt_fail, bool crc, bool enhanced)
 {
 	static struct kend k;
 	static struct rp_sink s;
 	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
-		.enhanced = true, .p2p = true, .rtr = KW_RTR_READ,
-		.ird = 4, .ord = 4 };
+		.enhanced = enhanced, .p2p = enhanced,
+		.rtr = enhanced ? KW_RTR_READ : 0, .ird = 4, .ord = 4 };
 	struct kiwarp_query_qp q;
 	uint8_t pd[KW_MPA_MAX_PD];
 	struct kw_rx rx;
@@ -320,8 +323,9 @@ static void no_matching_rtr(int *kwt_fail, bool crc)
 	kend_fini(&k);
 }
 
-TEST(initiator_no_matching_rtr) { no_matching_rtr(kwt_fail, false); }
-TEST(initiator_no_matching_rtr_crc) { no_matching_rtr(kwt_fail, true); }
+TEST(initiator_no_matching_rtr) { no_matching_rtr(kwt_fail, false, true); }
+TEST(initiator_no_matching_rtr_crc) { no_matching_rtr(kwt_fail, true, true); }
+TEST(unenhanced_reply_to_p2p_request) { no_matching_rtr(kwt_fail, false, false); }
 
 /*
  * The responder allows Write and Read (an RFC 6581 responder may set
@@ -381,8 +385,15 @@ static void responder_ord(int *kwt_fail, uint16_t ord, int want_ret,
 	pthread_join(t, NULL);
 	EXPECT_EQ(k.ret, want_ret);
 	if (!want_ret) {
+		struct kiwarp_query_qp q;
+
 		EXPECT_EQ(k.res.param.ird, want_ird);
 		EXPECT_EQ(k.res.param.ord, 4);
+		/* RFC 6581 section 9.1: the ULP learns the responder's
+		 * values as sent */
+		ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+		EXPECT_EQ(q.peer_ird, 4);
+		EXPECT_EQ(q.peer_ord, ord);
 	} else {
 		memset(&s, 0, sizeof(s));
 		kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
@@ -918,6 +929,7 @@ static void raw_plain_connect(int *kwt_fail, struct kend *k, bool crc)
 {
 	struct kw_mpa_cfg cfg = { .rev = 2, .crc = crc, .ird = 8, .ord = 8 };
 	struct timeval tv = { .tv_sec = 5 };
+	struct kiwarp_query_qp q;
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
 	uint8_t pd[KW_MPA_MAX_PD];
@@ -929,6 +941,10 @@ static void raw_plain_connect(int *kwt_fail, struct kend *k, bool crc)
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
 	ASSERT_EQ(res.crc, crc);
 	k->raw.crc = crc;
+	/* the initiator's IRD and ORD as it sent them (RFC 6581 9.1) */
+	ASSERT_EQ(kw_query_qp(k->qp, &q), 0);
+	EXPECT_EQ(q.peer_ird, 8);
+	EXPECT_EQ(q.peer_ord, 8);
 	ASSERT_EQ(setsockopt(k->raw.fd, SOL_SOCKET, SO_SNDTIMEO, &tv,
 			     sizeof(tv)), 0);
 }
@@ -1421,4 +1437,107 @@ TEST(fin_mid_message_is_an_error)
 	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
 out:
 	kend_fini(&k);
+}
+
+/* ------------------------------------------------------- Read Responses */
+
+/*
+ * kiwarp Reads 3000 bytes from the raw peer, which answers with the
+ * Response segments in seg (TO offsets from the sink and lengths, the last
+ * one with L). RFC 5040 section 5.2.2 lets the Data Sink check that the
+ * Response matches the Request in STag, TO and length: kiwarp does, so a
+ * Response that leaves part of the sink unwritten (short, or with a gap)
+ * gets Terminate 1/1/1 (DDP tagged base/bounds, as siw) and the Read does
+ * not complete successfully.
+ */
+static void read_response(int *kwt_fail, const uint32_t (*seg)[2],
+			  unsigned int nseg, bool good)
+{
+	enum { N = 3000 };
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t a[N];
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 5, .opcode = KIWARP_WR_RDMA_READ,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge, .rkey = 0x66,
+				 .remote_addr = 0 };
+	struct kiwarp_cqe e;
+	struct kw_tx_msg m;
+	struct kw_rx rx;
+	unsigned int i;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);	/* unfence */
+	memset(k.buf, 0xaa, KBUF);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, N, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
+	want_msgs = 1;
+	rp_read(&k.raw, &rx, &s, 10, got_msgs);
+	ASSERT_EQ(s.n, 1);
+	ASSERT_EQ(s.msg[0].opcode, KW_OP_READ_REQ);
+	fill(a, N, 6);
+	for (i = 0; i < nseg; i++) {
+		m = (struct kw_tx_msg){ .opcode = KW_OP_READ_RESP,
+					.len = seg[i][1], .stag = k.mr->stag,
+					.to = (uintptr_t)k.buf + seg[i][0],
+					.mulpdu = 4000 };
+		/* one FPDU each; L only on the last */
+		uint8_t out[4100];
+		struct kw_tx_fpdu f;
+		uint32_t off = 0;
+
+		rp_msg_init(&k.raw, &m);
+		ASSERT_EQ(rp_fpdu(&m, &off, a + seg[i][0], &f), 0);
+		if (i + 1 < nseg)
+			f.hdr[2] &= ~KW_DDP_FLAG_LAST;
+		memcpy(out, f.hdr, f.hdr_len);
+		memcpy(out + f.hdr_len, a + seg[i][0], f.payload_len);
+		memcpy(out + f.hdr_len + f.payload_len, f.trailer,
+		       f.trailer_len);
+		ASSERT_EQ(writen(k.raw.fd, out, f.hdr_len + f.payload_len +
+				 f.trailer_len), 0);
+	}
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	EXPECT_EQ(e.wr_id, 5);
+	if (good) {
+		EXPECT_EQ(e.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(e.byte_len, N);
+		EXPECT_MEMEQ(k.buf, a, N);
+		goto out;
+	}
+	EXPECT_NE(e.status, KIWARP_WC_SUCCESS);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(s.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
+	EXPECT_EQ(s.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+out:
+	kend_fini(&k);
+}
+
+TEST(read_response_in_two_segments)
+{
+	static const uint32_t seg[][2] = { { 0, 1000 }, { 1000, 2000 } };
+
+	read_response(kwt_fail, seg, 2, true);
+}
+
+TEST(read_response_short)
+{
+	static const uint32_t seg[][2] = { { 0, 2000 } };
+
+	read_response(kwt_fail, seg, 1, false);
+}
+
+TEST(read_response_with_a_gap)
+{
+	static const uint32_t seg[][2] = { { 0, 1000 }, { 1500, 1500 } };
+
+	read_response(kwt_fail, seg, 2, false);
 }

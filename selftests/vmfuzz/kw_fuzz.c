@@ -1147,7 +1147,7 @@ static void op_query_modify_qp(struct th *t)
 		struct kiwarp_query_qp q = { .qp = qp };
 
 		if (chance(&t->r, 3))
-			q.reserved[1] = 1;
+			q.reserved = 1;
 		begin(t, "QUERY_QP(fd %d, qp %u)", fd, qp);
 		judge(t, kioctl(t, fd, KIWARP_IOC_QUERY_QP, &q), E_BASE);
 		if (q.state > KIWARP_QPS_ERROR)

@@ -328,7 +328,13 @@ struct kiwarp_connect {
 	__u32 peer_private_data_len;	/* out */
 	__u32 reserved0;
 	struct kiwarp_conn_param result;	/* out */
-	__aligned_u64 reserved;
+	/* out, with the Reply's private data (on success and on
+	 * -ECONNREFUSED): the IRD and ORD of an enhanced Reply as sent
+	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both 0 if the
+	 * Reply was not enhanced. 0 on input. */
+	__u16 peer_ird;
+	__u16 peer_ord;
+	__u32 reserved;
 };
 
 struct kiwarp_accept {
@@ -399,7 +405,13 @@ struct kiwarp_query_qp {
 	__u32 copy_max;			/* out: see KIWARP_QP_COPY_MAX */
 	__aligned_u64 tx_bytes;		/* out: payload bytes sent */
 	__aligned_u64 rx_bytes;		/* out: payload bytes placed */
-	__aligned_u64 reserved[2];
+	/* out: the IRD and ORD the peer sent in its enhanced MPA frame
+	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both 0 if it
+	 * was not enhanced. 0 on input, like reserved. */
+	__u16 peer_ird;
+	__u16 peer_ord;
+	__u32 reserved0;
+	__aligned_u64 reserved;
 };
 
 #define KIWARP_MODIFY_ERROR	1	/* to ERROR: flush everything */
