@@ -400,7 +400,10 @@ static void sockaddr_to_uapi(const struct sockaddr_storage *ss,
 static int param_check(const struct kiwarp_conn_param *p)
 {
 	if (p->reserved0 || (p->flags & ~(KIWARP_CONN_CRC | KIWARP_CONN_P2P |
-					   KIWARP_CONN_MARKERS)))
+					   KIWARP_CONN_MARKERS |
+					   KIWARP_CONN_NO_CRC)))
+		return -EINVAL;
+	if ((p->flags & KIWARP_CONN_CRC) && (p->flags & KIWARP_CONN_NO_CRC))
 		return -EINVAL;
 	if (p->flags & KIWARP_CONN_MARKERS)
 		return -EINVAL;	/* MPA markers are not implemented yet */
@@ -445,7 +448,8 @@ static void cfg_from_param(const struct kiwarp_conn_param *p,
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->rev = p->mpa_rev;
-	cfg->crc = p->flags & KIWARP_CONN_CRC;
+	/* RFC 5044 section 4.4: CRC unless explicitly declined */
+	cfg->crc = !(p->flags & KIWARP_CONN_NO_CRC);
 	cfg->p2p = p->flags & KIWARP_CONN_P2P;
 	cfg->rtr = cfg->p2p ? rtr_mask(p->rtr) : 0;
 	cfg->ird = p->ird ? p->ird : KW_DEFAULT_IRD_ORD;

@@ -682,7 +682,7 @@ static int conv_param(const struct kw_conn_param *in,
 		return 0;
 	}
 	if (in->flags & ~(KIWARP_CONN_CRC | KIWARP_CONN_P2P |
-			  KIWARP_CONN_MARKERS))
+			  KIWARP_CONN_MARKERS | KIWARP_CONN_NO_CRC))
 		return -EINVAL;
 	if (in->reserved)
 		return -EINVAL;

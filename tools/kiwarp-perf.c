@@ -164,7 +164,8 @@ static void usage(void)
 "  -a            sweep sizes 1, 2, 4 ... SIZE (default SIZE 8M with -a)\n"
 "  -n ITERS      iterations per size (default 5000 bw, 1000 lat)\n"
 "  -w WINDOW     outstanding work requests in bw mode (default 64)\n"
-"  -C            request MPA CRC\n"
+"  -C            use MPA CRC (kiwarp's default; without -C this tool\n"
+"                declines it, as siw does by default)\n"
 "  -r REV        MPA revision 1 or 2 (default 2)\n"
 "  --p2p         MPA rev 2 peer-to-peer mode (RTR)\n"
 "  --verify      fill buffers with a pattern and check it after transfer\n"
@@ -928,7 +929,7 @@ static void make_param(struct ctx *c, struct kw_conn_param *p)
 			die(1, "device does not support MPA revision 2");
 	}
 	p->mpa_rev = (uint8_t)c->o.mpa_rev;
-	p->flags = c->o.crc ? KIWARP_CONN_CRC : 0;
+	p->flags = c->o.crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
 	if (c->o.p2p) {
 		p->flags |= KIWARP_CONN_P2P;
 		p->rtr = KIWARP_RTR_WRITE;
@@ -1070,7 +1071,9 @@ static int run_server(struct ctx *c)
 		die(1, "bad configuration from client");
 	/* Answer with the client's own MPA choices where we can. */
 	param.mpa_rev = req.param.mpa_rev ? req.param.mpa_rev : param.mpa_rev;
-	param.flags = req.param.flags & (KIWARP_CONN_CRC | KIWARP_CONN_P2P);
+	param.flags = (req.param.flags & KIWARP_CONN_P2P) |
+		      ((req.param.flags & KIWARP_CONN_CRC) ? KIWARP_CONN_CRC :
+						       KIWARP_CONN_NO_CRC);
 	param.rtr = (param.flags & KIWARP_CONN_P2P) ? req.param.rtr : 0;
 	setup_buffers(c, c->o.size);
 	post_recvs(c, RQ_DEPTH);

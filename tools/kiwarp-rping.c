@@ -394,7 +394,7 @@ static struct kw_conn_param conn_param(void)
 	struct kw_conn_param p = { 0 };
 
 	p.mpa_rev = mpa_rev;
-	p.flags = crc ? KIWARP_CONN_CRC : 0;
+	p.flags = crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
 	p.ird = 1;
 	p.ord = 1;
 	return p;
@@ -526,7 +526,7 @@ static void usage(const char *name)
 	printf("\t-p port\t\tport\n");
 	printf("\t-P\t\tpersistent server mode (one connection at a time)\n");
 	printf("\t-R rev\t\tMPA revision 1 or 2 (kiwarp only; default 2)\n");
-	printf("\t-K\t\trequest MPA CRC (kiwarp only)\n");
+	printf("\t-K\t\tuse MPA CRC (kiwarp only; without -K this tool declines\n\t\t\tit, like rping over siw by default)\n");
 }
 
 int main(int argc, char **argv)

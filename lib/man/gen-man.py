@@ -270,11 +270,20 @@ above. A FIN in the middle of a message ends the stream: ERROR.""",
      RET_ZERO, COMMON_ERR, ["kw_query_qp", "kw_destroy_qp"])
 
 CONN_PARAM = """.PP
-\\fIparam\\fR may be NULL (MPA revision 2, no CRC, no P2P). Its members:
-\\fIflags\\fR (\\fBKIWARP_CONN_CRC\\fR, \\fBKIWARP_CONN_P2P\\fR), \\fImpa_rev\\fR
+\\fIparam\\fR may be NULL (MPA revision 2, CRC, no P2P). Its members:
+\\fIflags\\fR (\\fBKIWARP_CONN_NO_CRC\\fR, \\fBKIWARP_CONN_CRC\\fR,
+\\fBKIWARP_CONN_P2P\\fR), \\fImpa_rev\\fR
 (1 or 2; 0 selects 2), \\fIrtr\\fR (\\fBKIWARP_RTR_*\\fR, only with P2P),
 \\fIird\\fR and \\fIord\\fR (RDMA Reads served and issued), \\fItimeout_ms\\fR
-(0: kernel default, 10 s). P2P and RTR need revision 2."""
+(0: kernel default, 10 s). P2P and RTR need revision 2.
+.PP
+MPA CRC is on unless \\fBKIWARP_CONN_NO_CRC\\fR declines it (RFC 5044
+section 4.4: CRC is the default), and even then it is on when the peer's
+MPA frame asks for it; \\fBKIWARP_CONN_CRC\\fR states the default
+explicitly, and both together are \\-EINVAL. In \\fIresult\\fR,
+\\fBKIWARP_CONN_CRC\\fR says whether the connection runs with CRC.
+\\fBkw_query_qp\\fR(3) also reports the IRD and ORD the peer sent
+(\\fIpeer_ird\\fR, \\fIpeer_ord\\fR; RFC 6581 section 9.1)."""
 
 page("kw_connect", "connect a queue pair as MPA initiator",
      ["struct kw_conn_result {",

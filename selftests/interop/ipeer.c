@@ -663,7 +663,7 @@ static void do_connect(void)
 	if (getaddrinfo(o.addr, port, NULL, &ai))
 		die("getaddrinfo %s", o.addr);
 	cp.mpa_rev = o.rev;
-	cp.flags = (o.crc ? KIWARP_CONN_CRC : 0) | (o.p2p ? KIWARP_CONN_P2P : 0);
+	cp.flags = (o.crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) | (o.p2p ? KIWARP_CONN_P2P : 0);
 	cp.ird = 8;
 	cp.ord = 8;
 	cp.timeout_ms = o.timeout_ms;

@@ -718,8 +718,7 @@ static int conn_connect(struct conn *k, uint16_t port)
 	uint32_t len;
 	int ret;
 
-	if (k->c & 1)
-		cp.flags |= KIWARP_CONN_CRC;
+	cp.flags |= (k->c & 1) ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
 	if (my_side == CLIENT) {
 		struct sockaddr_in sin = { .sin_family = AF_INET };
 

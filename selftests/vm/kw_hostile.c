@@ -83,7 +83,8 @@ static void kend_fini(struct kend *k)
 static void *kaccept(void *arg)
 {
 	struct kend *k = arg;
-	struct kw_conn_param p = { .mpa_rev = 2, .ird = k->ird, .ord = 4 };
+	struct kw_conn_param p = { .mpa_rev = 2, .ird = k->ird, .ord = 4,
+		.flags = k->crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC };
 
 	k->ret = kw_accept(k->qp, k->sock, NULL, 5000, &k->req);
 	if (!k->ret)

@@ -651,8 +651,9 @@ static int mpa_exchange(struct conn *c)
 	uint16_t pdl = 0;
 	bool must_fail = !mut_benign(k);
 
-	if (chance(&c->r, 40))
-		kp.flags |= KIWARP_CONN_CRC;
+	/* mostly explicit; sometimes the default (CRC) */
+	kp.flags |= chance(&c->r, 40) ? KIWARP_CONN_CRC :
+		    chance(&c->r, 80) ? KIWARP_CONN_NO_CRC : 0;
 	if (k == MUT_MPA_REV1)
 		cfg.rev = 1;
 	if (k == MUT_MPA_IRDORD) {
@@ -727,7 +728,9 @@ static int mpa_exchange(struct conn *c)
 	if (!ret) {
 		if (must_fail && k != MUT_MPA_MARKERS && k != MUT_MPA_GARBAGE)
 			cfail(c, "ACCEPT took a %s Request", mut_name[k]);
-		kp.flags |= req.param.flags & KIWARP_CONN_CRC;
+		if (req.param.flags & KIWARP_CONN_CRC)
+			kp.flags = (kp.flags & ~KIWARP_CONN_NO_CRC) |
+				   KIWARP_CONN_CRC;
 		kp.mpa_rev = req.param.mpa_rev;
 		ret = kw_accept_reply(c->qp, KIWARP_REPLY_ACCEPT, &kp, NULL,
 				      0, &res);

@@ -237,11 +237,13 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	size_t i;
 	int ret;
 
-	p.pa.flags = (crc ? KIWARP_CONN_CRC : 0) | (p2p ? KIWARP_CONN_P2P : 0);
+	p.pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
+		     (p2p ? KIWARP_CONN_P2P : 0);
 	p.pa.mpa_rev = rev;
 	p.pa.rtr = rtr;
 	p.pb.mpa_rev = rev;
-	p.pb.flags = p2p ? KIWARP_CONN_P2P : 0;
+	p.pb.flags = (crc ? 0 : KIWARP_CONN_NO_CRC) |
+		     (p2p ? KIWARP_CONN_P2P : 0);
 	ret = pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL);
 	note("connected: %d/%d", ret, p.ret_b);
 	ASSERT_EQ(ret, 0);
@@ -366,12 +368,13 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 			/* the failed WR took b's QP down: rebuild the pair */
 			pair_fini(&p);
 			memset(&p, 0, sizeof(p));
-			p.pa.flags = (crc ? KIWARP_CONN_CRC : 0) |
+			p.pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
 				     (p2p ? KIWARP_CONN_P2P : 0);
 			p.pa.mpa_rev = rev;
 			p.pa.rtr = rtr;
 			p.pb.mpa_rev = rev;
-			p.pb.flags = p2p ? KIWARP_CONN_P2P : 0;
+			p.pb.flags = (crc ? 0 : KIWARP_CONN_NO_CRC) |
+				     (p2p ? KIWARP_CONN_P2P : 0);
 			ASSERT_EQ(pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL,
 					       KIWARP_ACCESS_ALL), 0);
 		}
@@ -409,6 +412,7 @@ TEST(private_data_and_negotiation)
 	p.pd_b = pb;
 	p.pd_b_len = 508;
 	p.pa.flags = KIWARP_CONN_CRC;
+	p.pb.flags = KIWARP_CONN_NO_CRC;
 	p.pa.ird = 3;
 	p.pa.ord = 5;
 	p.pb.ird = 7;
@@ -425,6 +429,34 @@ TEST(private_data_and_negotiation)
 	EXPECT_TRUE(p.b.res.param.flags & KIWARP_CONN_CRC);
 	EXPECT_TRUE(p.a.res.param.flags & KIWARP_CONN_CRC);
 	pair_fini(&p);
+
+	/* RFC 5044 section 4.4: CRC is the default; declining it takes
+	 * KIWARP_CONN_NO_CRC on both sides, and asking for both is -EINVAL */
+	memset(&p, 0, sizeof(p));
+	ASSERT_EQ(pair_connect(&p, 4096, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(p.ret_b, 0);
+	EXPECT_TRUE(p.a.res.param.flags & KIWARP_CONN_CRC);
+	EXPECT_TRUE(p.b.res.param.flags & KIWARP_CONN_CRC);
+	EXPECT_TRUE(p.req.param.flags & KIWARP_CONN_CRC);
+	pair_fini(&p);
+	memset(&p, 0, sizeof(p));
+	p.pa.flags = p.pb.flags = KIWARP_CONN_NO_CRC;
+	ASSERT_EQ(pair_connect(&p, 4096, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	EXPECT_FALSE(p.a.res.param.flags & KIWARP_CONN_CRC);
+	EXPECT_FALSE(p.b.res.param.flags & KIWARP_CONN_CRC);
+	pair_fini(&p);
+	{
+		struct kw_conn_param both = { .mpa_rev = 2,
+			.flags = KIWARP_CONN_CRC | KIWARP_CONN_NO_CRC };
+		struct end e = { .sock = -1 };
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		/* refused by the kernel before it looks at the socket */
+		ASSERT_EQ(end_init(&e, 4096, KIWARP_ACCESS_ALL), 0);
+		EXPECT_EQ(kw_connect(e.qp, fd, &both, NULL, 0, NULL), -EINVAL);
+		close(fd);
+		end_fini(&e);
+	}
 
 	/* Too much private data for rev 2 is refused up front. */
 	memset(&p, 0, sizeof(p));
@@ -738,7 +770,9 @@ TEST(two_qps_concurrently)
 
 	for (i = 0; i < 2; i++) {
 		memset(&c[i], 0, sizeof(c[i]));
-		c[i].p.pa.flags = i ? KIWARP_CONN_CRC : 0;
+		/* one with CRC (the default), one declining it both ways */
+		c[i].p.pa.flags = i ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
+		c[i].p.pb.flags = i ? 0 : KIWARP_CONN_NO_CRC;
 		ASSERT_EQ(pair_connect(&c[i].p, 2 * MIB, KIWARP_ACCESS_ALL,
 				       KIWARP_ACCESS_ALL), 0);
 	}

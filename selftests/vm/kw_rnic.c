@@ -297,7 +297,8 @@ static void no_matching_rtr(int *kwt_fail, bool crc, bool enhanced)
 
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2,
-		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0),
+		.flags = KIWARP_CONN_P2P |
+			 (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC),
 		.rtr = KIWARP_RTR_WRITE };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
 	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
@@ -429,7 +430,9 @@ TEST(reply_reserved_bits_and_crc)
 	pthread_t t;
 
 	ASSERT_EQ(kend_init(&k), 0);
-	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
+	/* CRC declined by kiwarp, asked for by the responder alone */
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+					  .flags = KIWARP_CONN_NO_CRC };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
 	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
 	EXPECT_FALSE(req.crc);
@@ -657,7 +660,7 @@ static void persona_initiator(int *kwt_fail, const struct persona *pe,
 
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2,
-					  .flags = crc ? KIWARP_CONN_CRC : 0 };
+		.flags = crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC };
 	ASSERT_EQ(raw_request(&k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k.ret, 0);
 	/* the persona's checks of the Reply */
@@ -704,7 +707,8 @@ static void persona_responder(int *kwt_fail, const struct persona *pe,
 
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2, .ird = 16, .ord = 16,
-		.flags = KIWARP_CONN_P2P | (crc ? KIWARP_CONN_CRC : 0) };
+		.flags = KIWARP_CONN_P2P |
+			 (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) };
 	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
 	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
 	/* what the persona needs of a Request: A and a Read or Write RTR */
@@ -905,6 +909,7 @@ TEST(p2p_first_fpdu_not_the_rtr)
 	ASSERT_EQ(k.ret, 0);
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, &res), 0);
 	ASSERT_EQ(res.rtr, KW_RTR_READ);
+	k.raw.crc = res.crc;	/* kiwarp's Reply has C: its default */
 	m.stag = k.mr->stag;
 	m.to = (uintptr_t)k.buf;
 	ASSERT_EQ(rp_send(&k.raw, &m, (const uint8_t *)"data", 0), 0);
@@ -934,7 +939,8 @@ static void raw_plain_connect(int *kwt_fail, struct kend *k, bool crc)
 	struct kw_mpa_result res;
 	uint8_t pd[KW_MPA_MAX_PD];
 
-	k->param = (struct kw_conn_param){ .mpa_rev = 2 };
+	k->param = (struct kw_conn_param){ .mpa_rev = 2,
+		.flags = crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC };
 	kw_mpa_make_request(&cfg, &req);
 	ASSERT_EQ(raw_request(k, k_accept, &req, &rep, pd), 0);
 	ASSERT_EQ(k->ret, 0);

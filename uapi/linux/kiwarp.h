@@ -279,10 +279,19 @@ struct kiwarp_create_qp {
 #define KIWARP_QP_COPY_MAX	(1U << 1)
 #define KIWARP_COPY_MAX_DEFAULT	16384
 
-/* struct kiwarp_conn_param.flags */
-#define KIWARP_CONN_CRC		(1U << 0)	/* request/offer MPA CRC */
+/*
+ * struct kiwarp_conn_param.flags. MPA CRC is on by default (RFC 5044
+ * section 4.4: "The default configuration for a connection MUST be to use
+ * CRCs"): a Request and a Reply carry C unless KIWARP_CONN_NO_CRC declines
+ * it, and even then CRC is on when the peer's frame has C (section
+ * 7.1.1). KIWARP_CONN_CRC asks for what is the default (kept for
+ * callers written before); both together are -EINVAL. In results, CRC
+ * says whether the connection runs with CRC.
+ */
+#define KIWARP_CONN_CRC		(1U << 0)	/* MPA CRC (the default) */
 #define KIWARP_CONN_P2P		(1U << 1)	/* rev 2 peer-to-peer RTR */
 #define KIWARP_CONN_MARKERS	(1U << 2)	/* not supported yet: -EINVAL */
+#define KIWARP_CONN_NO_CRC	(1U << 3)	/* explicit opt-out of CRC */
 
 /* RTR frame type, struct kiwarp_conn_param.rtr (rev 2, P2P only) */
 #define KIWARP_RTR_NONE		0
