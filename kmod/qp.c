@@ -247,8 +247,13 @@ void kw_qp_local_error_locked(struct kw_qp *qp)
 	lockdep_assert_held(&qp->lock);
 	if (qp->state >= KIWARP_QPS_TERMINATE)
 		return;
-	if (!qp->term_sent.valid && (qp->state == KIWARP_QPS_RTS ||
-				     qp->state == KIWARP_QPS_CLOSING))
+	/*
+	 * A responder that has not received an FPDU yet sends none, not even
+	 * this Terminate (RFC 5044 section 7.1.2 rule 4): the close is all
+	 * the peer gets.
+	 */
+	if (!qp->term_sent.valid && !READ_ONCE(qp->fenced) &&
+	    (qp->state == KIWARP_QPS_RTS || qp->state == KIWARP_QPS_CLOSING))
 		term_queue_locked(qp, &t, NULL, 0);
 	qp->state = KIWARP_QPS_TERMINATE;
 	kw_qp_queue(qp, &qp->err_work);

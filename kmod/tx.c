@@ -867,9 +867,14 @@ again:
 	if (READ_ONCE(qp->state) != KIWARP_QPS_CLOSING)
 		return false;
 	spin_lock_bh(&qp->lock);
-	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled &&
-	    qp->orq_head == qp->orq_tail && qp->irq_head == qp->irq_tail &&
-	    !qp->tx_active) {
+	/*
+	 * A responder still fenced (RFC 5044 section 7.1.2 rule 4: nothing
+	 * received, so nothing sent) has nothing to finish that it could
+	 * send: it closes now, and what was posted is flushed.
+	 */
+	if (qp->state == KIWARP_QPS_CLOSING && !qp->tx_active &&
+	    ((qp->sq_compl == qp->sq_pulled && qp->orq_head == qp->orq_tail &&
+	      qp->irq_head == qp->irq_tail) || READ_ONCE(qp->fenced))) {
 		spin_unlock_bh(&qp->lock);
 		kw_qp_set_error(qp);
 		return false;

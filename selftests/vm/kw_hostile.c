@@ -621,9 +621,25 @@ TEST(bad_send_wr_sends_terminate)
 				 .sg_list = &sge };
 	struct kiwarp_cqe cqe;
 
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 1 };
+	double end;
+
 	setup(&k, false, kwt_fail);
-	/* the first FPDU lifts kiwarp's responder fence */
-	ASSERT_EQ(rp_send_rtr(&(struct rp){ k.raw, k.crc }, KW_OP_WRITE), 0);
+	/*
+	 * The first FPDU lifts kiwarp's responder fence: before it, a
+	 * responder sends nothing, not even a Terminate (RFC 5044 section
+	 * 7.1.2 rule 4). A one-byte Write shows when it has been taken.
+	 */
+	k.buf[KBUF - 1] = 0;
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf + KBUF - 1;
+	ASSERT_EQ(rp_send(&(struct rp){ k.raw, k.crc }, &m,
+			  (const uint8_t *)"!", 0), 0);
+	end = now() + 5;
+	while (k.buf[KBUF - 1] != '!' && now() < end)
+		usleep(1000);
+	ASSERT_EQ(k.buf[KBUF - 1], '!');
+	usleep(20 * 1000);	/* placed, then the fence lifts */
 	sge.addr = (uintptr_t)k.buf;
 	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
 	raw_expect_term(&k, KW_TERM_LAYER_RDMAP,

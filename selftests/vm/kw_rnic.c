@@ -1547,3 +1547,40 @@ TEST(read_response_with_a_gap)
 
 	read_response(kwt_fail, seg, 2, false);
 }
+
+/*
+ * An orderly close of a responder that never heard from the initiator:
+ * RFC 5044 section 7.1.2 rule 4 keeps it from sending anything, so there
+ * is nothing to drain. KIWARP_MODIFY_CLOSE ends it at once (it used to
+ * wait for a first FPDU that might never come): the QP reaches ERROR, the
+ * Send posted early is flushed, and the peer gets the close, not a byte.
+ */
+TEST(close_while_fenced)
+{
+	static struct kend k;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = { .wr_id = 9, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe e;
+	uint8_t b[16];
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 16, k.mr->stag };
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	ASSERT_EQ(kw_modify_qp(k.qp, KIWARP_MODIFY_CLOSE), 0);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	EXPECT_EQ(e.wr_id, 9);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	EXPECT_FALSE(q.term_sent.valid);
+	/* not a byte before the close */
+	EXPECT_EQ(readn(k.raw.fd, b, 1, 5000), -ECONNRESET);
+out:
+	kend_fini(&k);
+}
