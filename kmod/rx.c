@@ -637,6 +637,14 @@ void kw_rx_drain(struct kw_qp *qp, struct sock *sk)
 
 	lockdep_assert(lockdep_sock_is_held(sk));
 	tcp_read_sock(sk, &rd, rx_actor);
+	/*
+	 * tcp_read_sock() stops in front of urgent data and never passes it.
+	 * MPA does not use TCP's urgent pointer: a peer that sets it would
+	 * stall the stream for good, so the connection ends instead.
+	 */
+	if (unlikely(READ_ONCE(tcp_sk(sk)->urg_data)) &&
+	    tcp_sk(sk)->urg_seq == tcp_sk(sk)->copied_seq)
+		kw_qp_set_error(qp);
 }
 
 /* sk_data_ready: runs in softirq, or in process context under lock_sock. */

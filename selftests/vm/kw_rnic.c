@@ -1584,3 +1584,29 @@ TEST(close_while_fenced)
 out:
 	kend_fini(&k);
 }
+
+/*
+ * TCP urgent data (MSG_OOB) has no meaning in MPA, and the kernel's
+ * tcp_read_sock() never reads past it: the stream would stall for good
+ * with the QP still in RTS. kiwarp ends the connection instead.
+ */
+TEST(urgent_data_ends_the_stream)
+{
+	static struct kend k;
+	struct kiwarp_query_qp q;
+	double end;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);
+	ASSERT_EQ(send(k.raw.fd, "!", 1, MSG_OOB), 1);
+	end = now() + 5;
+	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
+	       now() < end)
+		usleep(1000);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+out:
+	kend_fini(&k);
+}
