@@ -85,3 +85,41 @@ TEST(mpa_crc_wire_order)
 	out[0] ^= 1;
 	EXPECT_FALSE(kw_mpa_crc_check(crc, out));
 }
+
+/*
+ * RFC 5044 section 4.4 (Figures 5 and 6): the annotated FPDUs, both from a
+ * stream with Markers, both a Send (Last) of 24 zero bytes to queue 0. The
+ * CRC covers the Markers with the length, ULPDU and pad. Figure 5 is the
+ * first FPDU: the stream-start Marker (00 00 00 00) leads it, MSN 1, CRC
+ * 52 23 99 83 on the wire. Figure 6 is the second: a Marker (FPDUPTR 0x14)
+ * sits in its header, MSN 2, CRC 84 92 58 98.
+ */
+TEST(rfc5044_figure5)
+{
+	/* octets 0x0000..0x0033 */
+	u8 f[52] = { 0, 0, 0, 0, 0x00, 0x2a, 0x41, 0x43 };
+	u32 crc;
+
+	f[0x13] = 1;			/* MSN 1 */
+	memcpy(f + 0x30, "\x52\x23\x99\x83", 4);
+	crc = kw_mpa_crc_update(kw_mpa_crc_init(), f, 0x30);
+	EXPECT_TRUE(kw_mpa_crc_check(crc, f + 0x30));
+	/* without the Marker the CRC is not the figure's */
+	crc = kw_mpa_crc_update(kw_mpa_crc_init(), f + 4, 0x2c);
+	EXPECT_FALSE(kw_mpa_crc_check(crc, f + 0x30));
+	/* 2 + 42 is 4-aligned: no pad */
+	EXPECT_EQ(kw_mpa_fpdu_len(0x2a), 0x30);
+}
+
+TEST(rfc5044_figure6)
+{
+	/* octets 0x01ec..0x021f */
+	u8 f[52] = { 0x00, 0x2a, 0x41, 0x43 };
+	u32 crc;
+
+	f[0x1fb - 0x1ec] = 2;		/* MSN 2 */
+	f[0x203 - 0x1ec] = 0x14;	/* Marker at 0x200: FPDUPTR 0x14 */
+	memcpy(f + 0x21c - 0x1ec, "\x84\x92\x58\x98", 4);
+	crc = kw_mpa_crc_update(kw_mpa_crc_init(), f, 0x21c - 0x1ec);
+	EXPECT_TRUE(kw_mpa_crc_check(crc, f + 0x21c - 0x1ec));
+}
