@@ -548,14 +548,15 @@ static void kw_state_change(struct sock *sk)
 		/*
 		 * Peer closed or reset. TCP reports a FIN before the data of
 		 * the same segment, which may be the peer's Terminate: parse
-		 * what is queued first. A FIN after whole messages, with
-		 * everything before it consumed (the queue is empty once
-		 * tcp_read_sock() ate the FIN), is a half-close: what we
-		 * owe the peer still goes out. Anything else ends the stream.
+		 * what is queued first. A FIN after whole messages (tagged
+		 * or untagged), with everything before it consumed (the
+		 * queue is empty once tcp_read_sock() ate the FIN), is a
+		 * half-close: what we owe the peer still goes out. Anything
+		 * else ends the stream.
 		 */
 		kw_rx_drain(qp, sk);
 		if (sk->sk_state == TCP_CLOSE_WAIT && !kw_rx_failed(&qp->rx) &&
-		    kw_rx_at_fpdu(&qp->rx) && !qp->rx_buf_valid &&
+		    kw_rx_between_messages(&qp->rx) &&
 		    skb_queue_empty(&sk->sk_receive_queue))
 			kw_qp_peer_closed(qp);
 		else
@@ -987,9 +988,14 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	spin_unlock_bh(&qp->lock);
 
 	kw_cm_install(qp);
-	/* Bytes that arrived behind the MPA frames. */
+	/*
+	 * Bytes that arrived behind the MPA frames, and a FIN or reset that
+	 * came before our callbacks did: TCP told the old sk_state_change.
+	 */
 	lock_sock(sk);
 	kw_rx_data_ready(sk);
+	if (sk->sk_state != TCP_ESTABLISHED)
+		kw_state_change(sk);
 	release_sock(sk);
 	kw_qp_kick_tx(qp);
 	return 0;
@@ -1037,6 +1043,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	int ret, len;
 
 	if (arg->reserved || arg->reserved0 || arg->peer_private_data_len ||
+	    arg->peer_ird || arg->peer_ord ||
 	    !kw_mem_is_zero(&arg->result, sizeof(arg->result)))
 		return -EINVAL;
 	ret = param_check(&arg->param);

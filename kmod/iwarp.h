@@ -84,6 +84,9 @@ struct kw_mpa_cfg {
 				 * responder's ORD asks (RFC 6581 9.1) */
 };
 
+/* peer_ird/peer_ord of a peer whose frame was not enhanced (no IRD/ORD) */
+#define KW_MPA_IRD_ORD_UNKNOWN	0xffff
+
 /* Negotiated result for one connection. */
 struct kw_mpa_result {
 	u8 rev;
@@ -91,7 +94,8 @@ struct kw_mpa_result {
 	bool p2p;
 	u8 rtr;			/* the single RTR type in use, or 0 */
 	u16 ird, ord;		/* this side's IRD/ORD after negotiation */
-	u16 peer_ird, peer_ord;	/* enhanced: the values the peer sent */
+	u16 peer_ird, peer_ord;	/* the values the peer sent in its enhanced
+				 * frame, else KW_MPA_IRD_ORD_UNKNOWN */
 	u8 term;		/* initiator, on -EPROTO: the LLP error code
 				 * (KW_TERM_LLP_*) of the Terminate to send
 				 * before closing; 0: none */
@@ -524,6 +528,12 @@ static inline bool kw_rx_failed(const struct kw_rx *rx)
 static inline bool kw_rx_at_fpdu(const struct kw_rx *rx)
 {
 	return rx->state == KW_RX_HDR && !rx->hdr_got;
+}
+
+/* Between messages: between FPDUs, and the last one (if any) had L. */
+static inline bool kw_rx_between_messages(const struct kw_rx *rx)
+{
+	return kw_rx_at_fpdu(rx) && (!rx->fpdus || rx->h.last);
 }
 
 /*

@@ -215,6 +215,7 @@ int kw_mpa_negotiate_responder(const struct kw_mpa_frame *req,
 
 	memset(reply, 0, sizeof(*reply));
 	memset(res, 0, sizeof(*res));
+	res->peer_ird = res->peer_ord = KW_MPA_IRD_ORD_UNKNOWN;
 	reply->reply = true;
 	/*
 	 * RFC 5044 section 7.1.1: the responder answers with the lower of
@@ -315,6 +316,7 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 	u16 ird_max = max(local->ird, local->ird_max);
 
 	memset(res, 0, sizeof(*res));
+	res->peer_ird = res->peer_ord = KW_MPA_IRD_ORD_UNKNOWN;
 	if (!reply->reply)
 		return -EPROTO;
 	res->rev = reply->rev;
@@ -389,7 +391,7 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 	 * Client-server: an unenhanced Reply to our enhanced Request is the
 	 * fallback RFC 6581 section 10 allows the initiator ("let the ULP
 	 * deal with ORD and IRD"): the local IRD/ORD stay, peer_ird/peer_ord
-	 * stay 0 (unknown).
+	 * say unknown.
 	 */
 	return 0;
 }

@@ -709,6 +709,10 @@ static bool tx_pick(struct kw_qp *qp)
 	}
 	if (qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING)
 		return false;
+	/* the peer closed before our RTR went: nothing to make ready for
+	 * (and an RTR Read could never be answered) */
+	if (qp->peer_closed)
+		qp->rtr_send = false;
 	if (qp->rtr_send) {
 		struct kw_read_req rr = {
 			.sink_stag = KW_RTR_STAG, .src_stag = KW_RTR_STAG,
@@ -801,8 +805,17 @@ static void tx_finish(struct kw_qp *qp)
 	spin_unlock_bh(&qp->lock);
 	tx_drop_refs(qp);
 	kw_qp_wait_acks(qp);
-	if (term)
-		kw_qp_set_error(qp);	/* Terminate is out: now flush */
+	if (term) {
+		/*
+		 * The Terminate is out: now flush and shut the stream down.
+		 * err_work once more, since the QP may be in ERROR already (a
+		 * FIN or urgent data came after the error), when set_error
+		 * does not queue it and the one that ran left the shutdown to
+		 * us (qp_error_now()).
+		 */
+		kw_qp_set_error(qp);
+		kw_qp_queue(qp, &qp->err_work);
+	}
 }
 
 /*

@@ -266,7 +266,9 @@ half-close (RFC 5041 section 6.2.1): the QP moves to
 \\fBKIWARP_WC_WR_FLUSH_ERR\\fR (that is how the ULP learns of it), and so
 do RDMA Reads still waiting for a Response and any posted later; Sends,
 Writes and the Read Responses owed still go out, and then the QP closes as
-above. A FIN in the middle of a message ends the stream: ERROR.""",
+above. Unlike other flushes these come while the QP is still in
+\\fBKIWARP_QPS_CLOSING\\fR, not ERROR: Sends posted then complete normally
+once sent. A FIN in the middle of a message ends the stream: ERROR.""",
      RET_ZERO, COMMON_ERR, ["kw_query_qp", "kw_destroy_qp"])
 
 CONN_PARAM = """.PP

@@ -515,8 +515,8 @@ TEST(unenhanced_reply_to_enhanced_request)
 	EXPECT_FALSE(r.p2p);
 	EXPECT_EQ(r.ird, 8);
 	EXPECT_EQ(r.ord, 8);
-	EXPECT_EQ(r.peer_ird, 0);
-	EXPECT_EQ(r.peer_ord, 0);
+	EXPECT_EQ(r.peer_ird, KW_MPA_IRD_ORD_UNKNOWN);
+	EXPECT_EQ(r.peer_ord, KW_MPA_IRD_ORD_UNKNOWN);
 }
 
 TEST(ird_ord_negotiation)

@@ -843,6 +843,28 @@ TEST(verified_only_at_fpdu_boundary)
 	EXPECT_TERM(&tr, 2, 0, 2);
 }
 
+TEST(between_messages)
+{
+	/* a Send of 110 bytes in FPDUs of 60: inside the message after its
+	 * first FPDU, between messages after the last */
+	struct kw_tx_msg m = msg_send(1, 110, false);
+	int n;
+
+	m.mulpdu = 60;
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	ASSERT_GT(n, 0);
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, false, W_PD);
+	EXPECT_TRUE(kw_rx_between_messages(&tr.rx));
+	kw_rx_input(&tr.rx, stream, kw_mpa_fpdu_len(60));
+	EXPECT_TRUE(kw_rx_at_fpdu(&tr.rx));
+	EXPECT_FALSE(kw_rx_between_messages(&tr.rx));
+	kw_rx_input(&tr.rx, stream + kw_mpa_fpdu_len(60),
+		    n - kw_mpa_fpdu_len(60));
+	EXPECT_FALSE(kw_rx_failed(&tr.rx));
+	EXPECT_TRUE(kw_rx_between_messages(&tr.rx));
+}
+
 TEST(fpdu_len)
 {
 	EXPECT_EQ(kw_mpa_fpdu_len(0), 8);

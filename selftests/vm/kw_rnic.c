@@ -1610,3 +1610,118 @@ TEST(urgent_data_ends_the_stream)
 out:
 	kend_fini(&k);
 }
+
+/*
+ * A local error on a responder that has not received an FPDU yet: RFC
+ * 5040 section 7.1 would send a Terminate instead of the request, but RFC
+ * 5044 section 7.1.2 rule 4 forbids any FPDU before one came in (cxgb4
+ * resets a connection whose first FPDU follows the Reply). kiwarp sends
+ * nothing: the bad WR fails, the QP goes to ERROR and the close is all
+ * the peer gets.
+ */
+TEST(local_error_while_fenced_sends_nothing)
+{
+	static struct kend k;
+	struct kiwarp_sge sge = { 0, 16, 0x7fff00 };	/* no such lkey */
+	struct kw_send_wr wr = { .wr_id = 4, .opcode = KIWARP_WR_SEND,
+				 .flags = KW_SEND_SIGNALED, .num_sge = 1,
+				 .sg_list = &sge };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe e;
+	uint8_t b[16];
+	double end;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	raw_plain_connect(kwt_fail, &k, false);
+	if (*kwt_fail)
+		goto out;
+	sge.addr = (uintptr_t)k.buf;
+	ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	EXPECT_EQ(e.wr_id, 4);
+	EXPECT_EQ(e.status, KIWARP_WC_LOC_PROT_ERR);
+	end = now() + 5;
+	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
+	       now() < end)
+		usleep(1000);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	EXPECT_FALSE(q.term_sent.valid);
+	EXPECT_EQ(readn(k.raw.fd, b, 1, 5000), -ECONNRESET);
+out:
+	kend_fini(&k);
+}
+
+/*
+ * A FIN that comes during the MPA exchange, before kiwarp's socket
+ * callbacks are in place, still counts: TCP told the socket's old
+ * state_change. Responder: the FIN follows the Request, before the ULP
+ * accepts it (ACCEPT itself on a socket that has the FIN already is
+ * -ENOTCONN); kiwarp has nothing it may send (fenced), and the QP ends in
+ * ERROR with its receive flushed instead of waiting in RTS for good.
+ */
+TEST(fin_with_the_request)
+{
+	static struct kend k;
+	struct kw_mpa_cfg cfg = { .rev = 2, .ird = 8, .ord = 8 };
+	struct kiwarp_sge sge;
+	struct kw_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 };
+	struct kw_mpa_frame req, rep;
+	struct kiwarp_query_qp q;
+	uint8_t pd[KW_MPA_MAX_PD];
+	struct kiwarp_cqe e;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	sge = (struct kiwarp_sge){ (uintptr_t)k.buf, 64, k.mr->stag };
+	ASSERT_EQ(kw_post_recv(k.qp, &rw, 1), 1);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+					  .flags = KIWARP_CONN_NO_CRC };
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_write_frame(&k, &req, 0), 0);
+	ASSERT_EQ(kw_accept(k.qp, k.sock, NULL, 5000, &k.req), 0);
+	ASSERT_EQ(shutdown(k.raw.fd, SHUT_WR), 0);
+	usleep(100 * 1000);	/* the FIN is in before the Reply goes */
+	ASSERT_EQ(kw_accept_reply(k.qp, KIWARP_REPLY_ACCEPT, &k.param, NULL,
+				  0, &k.res), 0);
+	ASSERT_EQ(raw_read_frame(&k, true, &rep, pd), 0);
+	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
+	EXPECT_EQ(e.wr_id, 1);
+	EXPECT_EQ(e.status, KIWARP_WC_WR_FLUSH_ERR);
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	kend_fini(&k);
+}
+
+/*
+ * Initiator side: the Reply (P2P, Read RTR) and the FIN in one go. After
+ * the peer's FIN kiwarp sends no RTR (a Read RTR could never be answered
+ * and would hold the close for good): the half-close finishes, kiwarp
+ * closes its side, the QP ends in ERROR.
+ */
+TEST(fin_with_the_reply)
+{
+	static struct kend k;
+	struct kw_mpa_frame req, rep = { .reply = true, .rev = 2,
+		.enhanced = true, .p2p = true, .rtr = KW_RTR_READ,
+		.ird = 4, .ord = 4 };
+	struct kiwarp_query_qp q;
+	uint8_t pd[KW_MPA_MAX_PD];
+	double end;
+	pthread_t t;
+
+	ASSERT_EQ(kend_init(&k), 0);
+	k.param = (struct kw_conn_param){ .mpa_rev = 2,
+		.flags = KIWARP_CONN_P2P | KIWARP_CONN_NO_CRC,
+		.rtr = KIWARP_RTR_READ };
+	ASSERT_EQ(pthread_create(&t, NULL, k_connect, &k), 0);
+	ASSERT_EQ(raw_read_frame(&k, false, &req, pd), 0);
+	ASSERT_EQ(raw_write_frame(&k, &rep, 0), 0);
+	ASSERT_EQ(shutdown(k.raw.fd, SHUT_WR), 0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(k.ret, 0);
+	end = now() + 5;
+	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
+	       now() < end)
+		usleep(1000);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	kend_fini(&k);
+}

@@ -323,6 +323,9 @@ struct kiwarp_sockaddr {
 	__u32 reserved;
 };
 
+/* peer_ird/peer_ord of a peer whose MPA frame carried none (not enhanced) */
+#define KIWARP_IRD_ORD_UNKNOWN	0xffff
+
 struct kiwarp_connect {
 	__u32 qp;			/* in */
 	__s32 sockfd;			/* in: connected TCP socket, or -1 */
@@ -339,8 +342,8 @@ struct kiwarp_connect {
 	struct kiwarp_conn_param result;	/* out */
 	/* out, with the Reply's private data (on success and on
 	 * -ECONNREFUSED): the IRD and ORD of an enhanced Reply as sent
-	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both 0 if the
-	 * Reply was not enhanced. 0 on input. */
+	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both
+	 * KIWARP_IRD_ORD_UNKNOWN if the Reply was not enhanced. 0 on input. */
 	__u16 peer_ird;
 	__u16 peer_ord;
 	__u32 reserved;
@@ -415,8 +418,9 @@ struct kiwarp_query_qp {
 	__aligned_u64 tx_bytes;		/* out: payload bytes sent */
 	__aligned_u64 rx_bytes;		/* out: payload bytes placed */
 	/* out: the IRD and ORD the peer sent in its enhanced MPA frame
-	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both 0 if it
-	 * was not enhanced. 0 on input, like reserved. */
+	 * (RFC 6581 section 9.1; 0x3FFF = no negotiation), both
+	 * KIWARP_IRD_ORD_UNKNOWN if it was not enhanced (0 before the
+	 * connection). 0 on input, like reserved. */
 	__u16 peer_ird;
 	__u16 peer_ord;
 	__u32 reserved0;
