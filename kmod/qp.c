@@ -405,6 +405,21 @@ static void rq_flush_ring_locked(struct kw_qp *qp)
 		kw_qp_rq_complete(qp, idx, KIWARP_WC_WR_FLUSH_ERR, 0, 0, 0);
 }
 
+/*
+ * Flush the receive side: the WR the receive path holds is completed by it
+ * or here (the receive path keeps its own MR references, rx.c), then what
+ * is still in the ring. Caller holds qp->lock.
+ */
+static void rq_flush_locked(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->lock);
+	while (qp->rq_compl != qp->rq_pulled)
+		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
+				  0, 0, 0);
+	rq_flush_ring_locked(qp);
+	qp->rx_buf_valid = false;
+}
+
 /* Flush everything outstanding. Caller holds qp->lock. */
 static void flush_locked(struct kw_qp *qp)
 {
@@ -436,14 +451,7 @@ static void flush_locked(struct kw_qp *qp)
 		e->src = NULL;
 	}
 	sq_complete_locked(qp);
-
-	/* RQ: the WR the receive path holds is completed by it or here;
-	 * the receive path keeps its own MR references (rx.c). */
-	while (qp->rq_compl != qp->rq_pulled)
-		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
-				  0, 0, 0);
-	rq_flush_ring_locked(qp);
-	qp->rx_buf_valid = false;
+	rq_flush_locked(qp);
 }
 
 /*
@@ -574,11 +582,7 @@ void kw_qp_peer_closed(struct kw_qp *qp)
 		}
 	}
 	sq_complete_locked(qp);
-	while (qp->rq_compl != qp->rq_pulled)
-		kw_qp_rq_complete(qp, qp->rq_compl, KIWARP_WC_WR_FLUSH_ERR,
-				  0, 0, 0);
-	rq_flush_ring_locked(qp);
-	qp->rx_buf_valid = false;
+	rq_flush_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	kw_qp_kick_tx(qp);
 }

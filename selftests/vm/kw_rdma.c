@@ -205,21 +205,6 @@ static int qp_state(struct kw_qp *qp, struct kiwarp_query_qp *q)
 	return kw_query_qp(qp, q);
 }
 
-/* Wait until the QP reaches ERROR (the Terminate was processed). */
-static int wait_error(struct kw_qp *qp, struct kiwarp_query_qp *q)
-{
-	double end = now() + 20;
-
-	while (now() < end) {
-		if (qp_state(qp, q))
-			return -1;
-		if (q->state == KIWARP_QPS_ERROR)
-			return 0;
-		usleep(10000);
-	}
-	return -ETIMEDOUT;
-}
-
 static const size_t sizes[] = { 0, 1, 4095, 65536, MIB, 16 * MIB };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
@@ -515,8 +500,8 @@ static void run_remote_error(int *kwt_fail, uint32_t acc_b, int op,
 		ASSERT_EQ(qp_state(p.a.qp, &qa), 0);
 		EXPECT_EQ(qa.state, KIWARP_QPS_ERROR);
 	}
-	ASSERT_EQ(wait_error(p.a.qp, &qa), 0);
-	ASSERT_EQ(wait_error(p.b.qp, &qb), 0);
+	ASSERT_EQ(qp_wait_error(p.a.qp, &qa, 20), 0);
+	ASSERT_EQ(qp_wait_error(p.b.qp, &qb, 20), 0);
 	/* b detected it and sent the Terminate; a received it. */
 	EXPECT_TRUE(qb.term_sent.valid);
 	EXPECT_EQ(qb.term_sent.layer, layer);
@@ -1163,7 +1148,7 @@ static void run_close(int *kwt_fail, int nwr)
 		EXPECT_EQ(cqe.wr_id, (uint64_t)i + 1);
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
 	}
-	ASSERT_EQ(wait_error(p.a.qp, &q), 0);
+	ASSERT_EQ(qp_wait_error(p.a.qp, &q, 20), 0);
 	EXPECT_FALSE(q.term_sent.valid);
 	EXPECT_FALSE(q.term_rcvd.valid);
 	ASSERT_MEMEQ(p.b.buf, p.a.buf, 2 * MIB);
@@ -1178,7 +1163,7 @@ static void run_close(int *kwt_fail, int nwr)
 	ASSERT_GE(rsts, 0);
 	ASSERT_EQ(kw_destroy_qp(p.a.qp), 0);
 	p.a.qp = NULL;
-	ASSERT_EQ(wait_error(p.b.qp, &q), 0);
+	ASSERT_EQ(qp_wait_error(p.b.qp, &q, 20), 0);
 	EXPECT_FALSE(q.term_sent.valid);
 	EXPECT_FALSE(q.term_rcvd.valid);
 	pair_fini(&p);

@@ -1316,7 +1316,6 @@ TEST(half_close_serves_read_responses)
 	struct kw_rx rx;
 	unsigned int i, n, resp = 0, sends = 0;
 	int sent = -1, read = -1, small = 4096, big = 1 << 20;
-	double end;
 
 	ASSERT_EQ(kend_init(&k), 0);
 	raw_plain_connect(kwt_fail, &k, false);
@@ -1392,10 +1391,7 @@ TEST(half_close_serves_read_responses)
 	EXPECT_EQ(read, KIWARP_WC_WR_FLUSH_ERR);
 	EXPECT_EQ(sent, KIWARP_WC_SUCCESS);
 	/* kiwarp closed its half: the QP ends in ERROR */
-	end = now() + 5;
-	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
-	       now() < end)
-		usleep(1000);
+	qp_wait_error(k.qp, &q, 5);
 	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
 out:
 	kend_fini(&k);
@@ -1594,7 +1590,6 @@ TEST(urgent_data_ends_the_stream)
 {
 	static struct kend k;
 	struct kiwarp_query_qp q;
-	double end;
 
 	ASSERT_EQ(kend_init(&k), 0);
 	raw_plain_connect(kwt_fail, &k, false);
@@ -1602,10 +1597,7 @@ TEST(urgent_data_ends_the_stream)
 		goto out;
 	ASSERT_EQ(rp_send_rtr(&k.raw, KW_OP_WRITE), 0);
 	ASSERT_EQ(send(k.raw.fd, "!", 1, MSG_OOB), 1);
-	end = now() + 5;
-	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
-	       now() < end)
-		usleep(1000);
+	qp_wait_error(k.qp, &q, 5);
 	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
 out:
 	kend_fini(&k);
@@ -1629,7 +1621,6 @@ TEST(local_error_while_fenced_sends_nothing)
 	struct kiwarp_query_qp q;
 	struct kiwarp_cqe e;
 	uint8_t b[16];
-	double end;
 
 	ASSERT_EQ(kend_init(&k), 0);
 	raw_plain_connect(kwt_fail, &k, false);
@@ -1640,10 +1631,7 @@ TEST(local_error_while_fenced_sends_nothing)
 	ASSERT_EQ(cq_wait_one(k.cq, &e, 10), 0);
 	EXPECT_EQ(e.wr_id, 4);
 	EXPECT_EQ(e.status, KIWARP_WC_LOC_PROT_ERR);
-	end = now() + 5;
-	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
-	       now() < end)
-		usleep(1000);
+	qp_wait_error(k.qp, &q, 5);
 	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
 	EXPECT_FALSE(q.term_sent.valid);
 	EXPECT_EQ(readn(k.raw.fd, b, 1, 5000), -ECONNRESET);
@@ -1705,7 +1693,6 @@ TEST(fin_with_the_reply)
 		.ird = 4, .ord = 4 };
 	struct kiwarp_query_qp q;
 	uint8_t pd[KW_MPA_MAX_PD];
-	double end;
 	pthread_t t;
 
 	ASSERT_EQ(kend_init(&k), 0);
@@ -1718,10 +1705,7 @@ TEST(fin_with_the_reply)
 	ASSERT_EQ(shutdown(k.raw.fd, SHUT_WR), 0);
 	pthread_join(t, NULL);
 	ASSERT_EQ(k.ret, 0);
-	end = now() + 5;
-	while (!kw_query_qp(k.qp, &q) && q.state != KIWARP_QPS_ERROR &&
-	       now() < end)
-		usleep(1000);
+	qp_wait_error(k.qp, &q, 5);
 	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
 	kend_fini(&k);
 }

@@ -168,6 +168,27 @@ static inline int readn(int fd, void *p, size_t n, int ms)
 }
 
 #ifdef KIWARP_LIB_H
+/* Query qp until it is in ERROR, for up to secs seconds: 0, -ETIMEDOUT,
+ * or kw_query_qp()'s error; *q holds the last answer. */
+static inline int qp_wait_error(struct kw_qp *qp, struct kiwarp_query_qp *q,
+				double secs)
+{
+	double end = now() + secs;
+
+	do {
+		int ret;
+
+		memset(q, 0, sizeof(*q));
+		ret = kw_query_qp(qp, q);
+		if (ret)
+			return ret;
+		if (q->state == KIWARP_QPS_ERROR)
+			return 0;
+		usleep(1000);
+	} while (now() < end);
+	return -ETIMEDOUT;
+}
+
 /* Poll cq for one completion for up to secs seconds: 0, -ETIMEDOUT, or
  * kw_poll_cq()'s error. Needs kiwarp.h included first. */
 static inline int cq_wait_one(struct kw_cq *cq, struct kiwarp_cqe *cqe,
