@@ -256,7 +256,8 @@ int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited)
 		return -ENOSPC;
 	}
 
-	memcpy(&cq->ring[cq->kprod & (cq->entries - 1)], cqe, sizeof(*cqe));
+	/* a struct copy (four stores), not the kernel's byte-wise memcpy */
+	cq->ring[cq->kprod & (cq->entries - 1)] = *cqe;
 	/*
 	 * Publish the CQE: pairs with the load-acquire of prod in the
 	 * library's kw_poll_cq(), which then reads the entry.

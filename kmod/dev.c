@@ -165,7 +165,8 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	if (WARN_ON_ONCE(size > sizeof(arg)))
 		return -ENOTTY;
 
-	memset(&arg, 0, sizeof(arg));
+	/* only the command's own member is used and copied back */
+	memset(&arg, 0, size);
 	if ((_IOC_DIR(cmd) & _IOC_WRITE) && copy_from_user(&arg, up, size))
 		return -EFAULT;
 

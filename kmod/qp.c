@@ -119,6 +119,27 @@ static void wr_release(struct kw_wr *wr)
 }
 
 /*
+ * Start wr afresh from a WQE in a user-mapped ring, which user space may
+ * rewrite meanwhile: each word is read once, and only the copy is looked
+ * at afterwards. Word by word rather than memcpy(), which on CPUs with
+ * ERMS is a byte-wise "rep movsb" (slow to start on hardware, and one
+ * emulated step per byte under QEMU's TCG), on the path of every WR.
+ */
+static void wr_take(struct kw_wr *wr, const struct kiwarp_wqe *src)
+{
+	const u64 *s = (const u64 *)src;
+	u64 *d = (u64 *)&wr->wqe;
+	unsigned int i;
+
+	BUILD_BUG_ON(offsetof(struct kw_wr, wqe) != 0 ||
+		     sizeof(wr->wqe) % sizeof(u64) ||
+		     __alignof__(struct kiwarp_wqe) < __alignof__(u64));
+	memset((u8 *)wr + sizeof(wr->wqe), 0, sizeof(*wr) - sizeof(wr->wqe));
+	for (i = 0; i < sizeof(wr->wqe) / sizeof(u64); i++)
+		d[i] = READ_ONCE(s[i]);
+}
+
+/*
  * Resolve and check a WR's scatter/gather list. need_write: the local
  * memory is written (receive, RDMA Read sink). Returns a KIWARP_WC_* status.
  */
@@ -359,9 +380,7 @@ bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx)
 			     qp->rq.entries) <= 0)
 		return false;
 	wr = &qp->rq_wr[qp->rq_pulled & (qp->rq.entries - 1)];
-	memset(wr, 0, sizeof(*wr));
-	memcpy(&wr->wqe, &qp->rq.wqe[qp->rq_pulled & (qp->rq.entries - 1)],
-	       sizeof(wr->wqe));
+	wr_take(wr, &qp->rq.wqe[qp->rq_pulled & (qp->rq.entries - 1)]);
 	wr->signaled = true;
 	if (!wqe_fields_ok(&wr->wqe, qp->max_sge) ||
 	    wr->wqe.opcode != KIWARP_WR_RECV)
@@ -475,8 +494,7 @@ static int sq_pull_locked(struct kw_qp *qp)
 		u32 slot = qp->sq_pulled & (qp->sq.entries - 1);
 		struct kw_wr *wr = &qp->sq_wr[slot];
 
-		memset(wr, 0, sizeof(*wr));
-		memcpy(&wr->wqe, &qp->sq.wqe[slot], sizeof(wr->wqe));
+		wr_take(wr, &qp->sq.wqe[slot]);
 		wr->signaled = qp->sig_all ||
 			       (wr->wqe.flags & KIWARP_WR_SIGNALED);
 		wr->status = sq_validate(qp, wr);
