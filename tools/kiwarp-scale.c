@@ -21,6 +21,7 @@
  * mem    N idle connections; kernel memory (/proc/meminfo, client and
  *        server in one machine) before and after, per connection.
  *
+ * kiwarp connections are MPA revision 2 without CRC (KIWARP_CONN_NO_CRC).
  * -T kiwarp: the kernel connects (kw_connect_addr / kw_listen); kiwarp-sock:
  * the application connects and accepts TCP sockets and converts them
  * (kw_connect / kw_accept with the socket); tcp: plain TCP.
@@ -251,8 +252,14 @@ static struct kw_qp *kqp(struct kctx *k, unsigned sq)
 	return qp;
 }
 
+/*
+ * MPA revision 2 without CRC on both ends, as kiwarp-perf runs without -C
+ * and siw by default: the comparison is with plain TCP. (CRC became
+ * kiwarp's default; without the flag this tool measured CRC32c.)
+ */
 static const struct kw_conn_param cparam = { .mpa_rev = 2, .ird = 16,
-					     .ord = 16, .timeout_ms = 30000 };
+					     .ord = 16, .timeout_ms = 30000,
+					     .flags = KIWARP_CONN_NO_CRC };
 
 /* Client: connect qp, saying h; the server's region comes back. */
 static void kconnect(struct kw_qp *qp, const struct sockaddr_in *sin,
