@@ -256,7 +256,7 @@ int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited)
 		return -ENOSPC;
 	}
 
-	/* a struct copy (four stores), not the kernel's byte-wise memcpy */
+	/* a struct copy, not a call to the kernel's byte-wise memcpy */
 	cq->ring[cq->kprod & (cq->entries - 1)] = *cqe;
 	/*
 	 * Publish the CQE: pairs with the load-acquire of prod in the

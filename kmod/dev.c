@@ -165,7 +165,11 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	if (WARN_ON_ONCE(size > sizeof(arg)))
 		return -ENOTTY;
 
-	/* only the command's own member is used and copied back */
+	/*
+	 * Only the command's own member (size bytes: the command word was
+	 * matched exactly) is used and copied back; clearing just that
+	 * spares the doorbell, the hot command, a 112-byte clear.
+	 */
 	memset(&arg, 0, size);
 	if ((_IOC_DIR(cmd) & _IOC_WRITE) && copy_from_user(&arg, up, size))
 		return -EFAULT;
