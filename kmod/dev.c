@@ -168,7 +168,7 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	/*
 	 * Only the command's own member (size bytes: the command word was
 	 * matched exactly) is used and copied back; clearing just that
-	 * spares the doorbell, the hot command, a 112-byte clear.
+	 * spares the doorbell, the hot command, a clear of the whole union.
 	 */
 	memset(&arg, 0, size);
 	if ((_IOC_DIR(cmd) & _IOC_WRITE) && copy_from_user(&arg, up, size))

@@ -372,15 +372,15 @@ bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx)
 {
 	/* Pairs with the store-release of prod in kw_post_recv(). */
 	u32 prod = smp_load_acquire(qp->rq.prod);
-	struct kw_wr *wr;
+	u32 slot = qp->rq_pulled & (qp->rq.entries - 1);
+	struct kw_wr *wr = &qp->rq_wr[slot];
 
 	lockdep_assert_held(&qp->lock);
 	/* None posted, or an index no valid producer could have written. */
 	if (ring_new_entries(prod, qp->rq_pulled, qp->rq_compl,
 			     qp->rq.entries) <= 0)
 		return false;
-	wr = &qp->rq_wr[qp->rq_pulled & (qp->rq.entries - 1)];
-	wr_take(wr, &qp->rq.wqe[qp->rq_pulled & (qp->rq.entries - 1)]);
+	wr_take(wr, &qp->rq.wqe[slot]);
 	wr->signaled = true;
 	if (!wqe_fields_ok(&wr->wqe, qp->max_sge) ||
 	    wr->wqe.opcode != KIWARP_WR_RECV)
