@@ -13,6 +13,21 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 passed=0
 failed=0
+recap=$out/recap	# what failed, printed again just above the total line
+
+# CI keeps only the tail of this script's output: note each failure in a
+# few lines (suite, failing test names, first kernel report) for the end.
+note_failure() {
+	local name=$1 log=$2 why=$3
+
+	{
+		echo "# FAILED $name: $why"
+		grep -aE '^[[:space:]#]*not ok ' "$log" | head -n 6 | cut -c1-200 | sed 's/^/#   /'
+		grep -aE "$REPORT" "$log" | head -n 3 | cut -c1-200 | sed 's/^/#   /'
+	} >> "$recap"
+}
+# First lines of a guest kernel report, or a harness timeout, in a log.
+REPORT='(vm-run: (CRASH|TIMEOUT|KERNEL LOG|guest died|VM failed|  )|BUG:|WARNING:|Oops|general protection|KASAN|Kernel panic|kernel BUG|RCU stall|hung task)'
 
 suite() {
 	local name=$1; shift
@@ -32,16 +47,20 @@ suite() {
 	if [ -z "$line" ]; then
 		echo "not ok - suite $name ended (exit $rc) without a result line"
 		failed=$((failed + 1))
+		note_failure "$name" "$log" "exit $rc, no result line"
 		return
 	fi
 	p=$(echo "$line" | awk '{print $1}')
 	f=$(echo "$line" | awk '{print $3}')
 	passed=$((passed + p))
 	failed=$((failed + f))
-	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+	if [ "$f" -ne 0 ]; then
+		note_failure "$name" "$log" "$f failed (exit $rc)"
+	elif [ "$rc" -ne 0 ]; then
 		# e.g. the kernel log scan (vm-run exit 90) or a leak check
 		echo "not ok - suite $name exited $rc"
 		failed=$((failed + 1))
+		note_failure "$name" "$log" "exit $rc"
 	fi
 }
 
@@ -49,13 +68,22 @@ suite() {
 single() {
 	local name=$1; shift
 
+	local log=$out/$name.log rc
+
 	echo "## $name: $*"
-	if "$@"; then
+	"$@" > "$log" 2>&1
+	rc=$?
+	cat "$log"
+	if [ "$rc" -eq 0 ]; then
 		echo "ok - $name"
 		passed=$((passed + 1))
 	else
 		echo "not ok - $name"
 		failed=$((failed + 1))
+		{
+			echo "# FAILED $name: exit $rc; its last lines:"
+			tail -n 4 "$log" | cut -c1-200 | sed 's/^/#   /'
+		} >> "$recap"
 	fi
 }
 
@@ -129,5 +157,6 @@ else
 	suite vm-debug debug_tier
 fi
 
+[ -s "$recap" ] && cat "$recap"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
