@@ -653,7 +653,13 @@ void kw_cm_release_sock(struct kw_qp *qp)
 			sock_no_linger(sock->sk);
 		kw_cm_shutdown(qp);
 	}
-	if (qp->sock_file) {
+	if (qp->sock_borrowed) {
+		/* its lender (es.c) closes it; its timeouts are its own */
+		lock_sock(sock->sk);
+		sock->sk->sk_rcvtimeo = qp->sock_rcvtimeo;
+		sock->sk->sk_sndtimeo = qp->sock_sndtimeo;
+		release_sock(sock->sk);
+	} else if (qp->sock_file) {
 		lock_sock(sock->sk);
 		WRITE_ONCE(sock->ops, qp->sock_ops);
 		/* after a Reject the application may go on using it */
@@ -668,6 +674,7 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	}
 	qp->sock = NULL;
 	qp->sock_file = NULL;
+	qp->sock_borrowed = false;
 }
 
 /* Drop a socket we did not manage to claim. */
@@ -841,11 +848,13 @@ static int pd_to_user(u64 uptr, const u8 *pd, u32 len, u32 *ulen)
 /*
  * Claim sock for qp: no other QP or kernel user (sk_user_data) and no ULP
  * may own it. A socket from a user fd gets kiwarp's ops (see "socket
- * ownership"). Called with cm_lock held; on failure the caller still owns
- * the socket.
+ * ownership"). A socket lent by a kernel consumer (es.c, whose ULP it
+ * carries; lent: TCP's own ops) stays the lender's: its ops are not
+ * swapped and releasing it neither closes nor frees it. Called with
+ * cm_lock held; on failure the caller still owns the socket.
  */
 static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
-		     kuid_t uid)
+		     kuid_t uid, const struct proto_ops *lent)
 {
 	const struct proto_ops *orig, *owned = NULL;
 	struct sock *sk = sock->sk;
@@ -870,7 +879,7 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	 * setsockopt(TCP_ULP) take too: another QP, a ULP (kTLS swaps the
 	 * ops as well) or a state change wins before us or fails after.
 	 */
-	if (owned_orig(sock) != orig || inet_csk_has_ulp(sk)) {
+	if (!lent && (owned_orig(sock) != orig || inet_csk_has_ulp(sk))) {
 		ret = -EBUSY;	/* another QP or a ULP owns it */
 		goto out_release;
 	}
@@ -901,8 +910,10 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	}
 	qp->sock = sock;
 	qp->sock_file = file;
+	qp->sock_borrowed = !!lent;
 	qp->sock_uid = uid;
-	qp->sock_ops = orig;
+	/* a lent socket's lender swaps its ops: it tells us TCP's own */
+	qp->sock_ops = lent ? lent : orig;
 	qp->sock_rcvtimeo = sk->sk_rcvtimeo;	/* set_timeouts() changes */
 	qp->sock_sndtimeo = sk->sk_sndtimeo;
 out_release:
@@ -1075,7 +1086,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 	}
 	if (ret)
 		goto out_unlock;
-	ret = take_sock(qp, sock, file, uid);
+	ret = take_sock(qp, sock, file, uid, NULL);
 	if (ret) {
 		put_sock(sock, file, uid);
 		goto out_unlock;
@@ -1248,7 +1259,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	}
 	if (ret)
 		goto out_unlock;
-	ret = take_sock(qp, sock, file, uid);
+	ret = take_sock(qp, sock, file, uid, NULL);
 	if (ret) {
 		put_sock(sock, file, uid);
 		goto out_unlock;
@@ -1364,6 +1375,179 @@ out_unlock:
 	mutex_unlock(&qp->cm_lock);
 	kfree(buf);
 	kw_qp_put(qp);
+	return ret;
+}
+
+/* ------------------------------------------------------ kernel consumers */
+
+/* Lock an IDLE QP of a kernel consumer for setup (cm_qp_lock()'s rules). */
+static int cm_klock(struct kw_qp *qp)
+{
+	mutex_lock(&qp->cm_lock);
+	if (READ_ONCE(qp->dying) || qp->cm_busy || qp->sock ||
+	    READ_ONCE(qp->state) != KIWARP_QPS_IDLE) {
+		mutex_unlock(&qp->cm_lock);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The lender's own timeouts back once the stream runs (go_rts() set
+ * them for kiwarp's use). */
+static void cm_krestore_timeouts(struct kw_qp *qp)
+{
+	struct sock *sk = qp->sock->sk;
+
+	lock_sock(sk);
+	sk->sk_rcvtimeo = qp->sock_rcvtimeo;
+	sk->sk_sndtimeo = qp->sock_sndtimeo;
+	release_sock(sk);
+}
+
+int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
+		   struct kw_cm_kparam *kp)
+{
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	struct kw_mpa_cfg cfg;
+	u8 *buf;
+	int ret, len;
+
+	ret = param_check(&kp->param);
+	if (ret)
+		return ret;
+	if (kp->pd_len > KIWARP_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	ret = cm_klock(qp);
+	if (ret)
+		goto out_free;
+	ret = take_sock(qp, sock, NULL, GLOBAL_ROOT_UID, kp->tcp_ops);
+	if (ret)
+		goto out_unlock;
+	set_timeouts(sock, kp->timeout_ms);
+
+	cfg_from_param(&kp->param, &cfg);
+	kw_mpa_make_request(&cfg, &req);
+	len = kw_mpa_encode(&req, kp->pd, kp->pd_len, buf,
+			    KW_MPA_HDR_LEN + KW_MPA_MAX_PD);
+	if (len < 0) {
+		ret = len;
+		goto out_fail;
+	}
+	ret = cm_send(qp, buf, len);
+	if (!ret)
+		ret = recv_mpa_frame(qp, true, &rep, kp->peer_pd);
+	if (ret)
+		goto out_fail;
+	ret = kw_mpa_negotiate_initiator(&cfg, &rep, &res);
+	if (ret == -ECONNREFUSED) {
+		cm_reject(qp);
+		goto out_unlock;
+	}
+	if (ret) {
+		if (res.term)
+			cm_send_llp_term(qp, &res);
+		goto out_fail;
+	}
+	/* ulp_pd points into peer_pd: move it to the front */
+	memmove(kp->peer_pd, rep.ulp_pd, rep.ulp_pd_len);
+	kp->peer_pd_len = rep.ulp_pd_len;
+	result_to_param(&res, &kp->result);
+	ret = go_rts(qp, &res, true);
+	if (ret)
+		goto out_fail;
+	cm_krestore_timeouts(qp);
+	goto out_unlock;
+
+out_fail:
+	cm_fail(qp);
+out_unlock:
+	mutex_unlock(&qp->cm_lock);
+out_free:
+	kfree(buf);
+	return ret;
+}
+
+int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
+		  struct kw_cm_kparam *kp)
+{
+	struct kw_mpa_frame *req = &qp->mpa_req, rep;
+	struct kw_mpa_result res;
+	struct kw_mpa_cfg cfg;
+	int ret, len, nego;
+	u8 *buf;
+
+	ret = param_check(&kp->param);
+	if (ret)
+		return ret;
+	if (kp->pd_len > KIWARP_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	ret = cm_klock(qp);
+	if (ret)
+		goto out_free;
+	ret = take_sock(qp, sock, NULL, GLOBAL_ROOT_UID, kp->tcp_ops);
+	if (ret)
+		goto out_unlock;
+	set_timeouts(sock, kp->timeout_ms);
+
+	ret = recv_mpa_frame(qp, false, req, qp->mpa_req_pd);
+	if (ret)
+		goto out_fail;
+	memcpy(kp->peer_pd, req->ulp_pd, req->ulp_pd_len);
+	kp->peer_pd_len = req->ulp_pd_len;
+	spin_lock_bh(&qp->lock);
+	if (qp->dying || qp->state != KIWARP_QPS_IDLE)
+		ret = -ECONNABORTED;
+	else
+		qp->state = KIWARP_QPS_MPA_REQ_RCVD;
+	spin_unlock_bh(&qp->lock);
+	if (ret)
+		goto out_fail;
+
+	cfg_from_param(&kp->param, &cfg);
+	memset(&rep, 0, sizeof(rep));
+	nego = kw_mpa_negotiate_responder(req, &cfg, &rep, &res);
+	/* the consumer's verdict on the Request's private data */
+	ret = kp->check(kp->check_arg, kp->peer_pd, kp->peer_pd_len);
+	if (ret)
+		rep.reject = true;
+	len = kw_mpa_encode(&rep, kp->pd, kp->pd_len, buf,
+			    KW_MPA_HDR_LEN + KW_MPA_MAX_PD);
+	if (len < 0) {
+		ret = len;
+		goto out_fail;
+	}
+	if (!rep.reject && res.crc)
+		kw_rx_reserve(sock->sk);
+	if (cm_send(qp, buf, len) && !ret)
+		ret = -ECONNRESET;
+	if (rep.reject) {
+		ret = ret ? ret : nego ? nego : -ECONNREFUSED;
+		/* the lender closes its socket */
+		cm_fail(qp);
+		goto out_unlock;
+	}
+	if (ret)
+		goto out_fail;
+	result_to_param(&res, &kp->result);
+	ret = go_rts(qp, &res, false);
+	if (ret)
+		goto out_fail;
+	cm_krestore_timeouts(qp);
+	goto out_unlock;
+
+out_fail:
+	cm_fail(qp);
+out_unlock:
+	mutex_unlock(&qp->cm_lock);
+out_free:
+	kfree(buf);
 	return ret;
 }
 

@@ -271,7 +271,32 @@ int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited)
 		cq->armed = CQ_DISARMED;
 		cq_signal(cq);
 	}
+	if (cq->notify)
+		cq->notify(cq->notify_arg);
 
 	spin_unlock_irqrestore(&cq->lock, flags);
 	return 0;
+}
+
+void kw_cq_set_notify(struct kw_cq *cq, void (*fn)(void *arg), void *arg)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&cq->lock, flags);
+	cq->notify = fn;
+	cq->notify_arg = arg;
+	spin_unlock_irqrestore(&cq->lock, flags);
+}
+
+int kw_cq_poll_kernel(struct kw_cq *cq, struct kiwarp_cqe *cqe)
+{
+	/* pairs with the store-release of prod in kw_cq_post() */
+	u32 prod = smp_load_acquire(cq->prod), cons = *cq->cons;
+
+	if (prod == cons)
+		return 0;
+	*cqe = cq->ring[cons & (cq->entries - 1)];
+	/* the slot is free again: pairs with the acquire in kw_cq_post() */
+	smp_store_release(cq->cons, cons + 1);
+	return 1;
 }

@@ -268,16 +268,21 @@ static ssize_t dev_read(struct file *file, char __user *ubuf, size_t count,
 	return done * sizeof(u32);
 }
 
-static int dev_open(struct inode *inode, struct file *file)
+/*
+ * A context: the root of a set of objects. One per open /dev/kiwarp file,
+ * and one per extended socket (es.c). Kernel ring memory is charged to the
+ * creating task's mm.
+ */
+struct kw_ctx *kw_ctx_alloc(void)
 {
 	struct kw_ctx *ctx;
 
 	if (!current->mm)
-		return -EINVAL;
+		return ERR_PTR(-EINVAL);
 
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 	if (!ctx)
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 
 	mutex_init(&ctx->lock);
 	xa_init_flags(&ctx->pds, XA_FLAGS_ALLOC1);
@@ -288,18 +293,14 @@ static int dev_open(struct inode *inode, struct file *file)
 	spin_lock_init(&ctx->ev_lock);
 	INIT_KFIFO(ctx->ev_fifo);
 	init_waitqueue_head(&ctx->ev_wait);
-	/* Kernel ring memory is charged to the opener's mm. */
 	ctx->mm = current->mm;
 	mmgrab(ctx->mm);
-
-	file->private_data = ctx;
-	return stream_open(inode, file);
+	return ctx;
 }
 
-static int dev_release(struct inode *inode, struct file *file)
+/* Tear down everything in ctx and free it; process context, no locks. */
+void kw_ctx_free(struct kw_ctx *ctx)
 {
-	struct kw_ctx *ctx = file->private_data;
-
 	WRITE_ONCE(ctx->dying, true);
 
 	/* Dependency order: users before what they use. */
@@ -319,6 +320,21 @@ static int dev_release(struct inode *inode, struct file *file)
 	mmdrop(ctx->mm);
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);
+}
+
+static int dev_open(struct inode *inode, struct file *file)
+{
+	struct kw_ctx *ctx = kw_ctx_alloc();
+
+	if (IS_ERR(ctx))
+		return PTR_ERR(ctx);
+	file->private_data = ctx;
+	return stream_open(inode, file);
+}
+
+static int dev_release(struct inode *inode, struct file *file)
+{
+	kw_ctx_free(file->private_data);
 	return 0;
 }
 

@@ -13,6 +13,8 @@
  *   cm.c     connection management: socket takeover, MPA exchange, listen
  *   rx.c     receive path: TCP read_sock actor -> sans-I/O parser -> placement
  *   tx.c     transmit path: FPDUs from pinned pages by reference
+ *   es.c     extended sockets: IWARP_MODE on a TCP socket (TCP ULP)
+ *   rsock.c  rsockets' stream protocol, sans-I/O (rsock.h)
  *   mpa.c ddp.c rdmap.c   sans-I/O protocol core (iwarp.h)
  */
 #ifndef KW_KIWARP_H
@@ -116,7 +118,9 @@ struct kw_mr {
 	unsigned int page_off;	/* addr & ~PAGE_MASK */
 	unsigned long npages;
 	struct page **pages;
-	struct mm_struct *mm;	/* accounted mm (pinned_vm) */
+	struct mm_struct *mm;	/* accounted mm (pinned_vm); NULL with umem */
+	struct kw_umem *umem;	/* kernel memory (kw_mr_reg_kernel): its
+				 * reference keeps the pages and their charge */
 	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
 	atomic_t active;	/* accesses in progress (kw_mr_access_begin) */
 	struct kw_ctx *ctx;	/* only while in ctx->mrs (not after dereg) */
@@ -143,11 +147,17 @@ struct kw_cq {
 	u32 *prod, *cons;	/* in mem */
 	struct kiwarp_cqe *ring;	/* in mem */
 	struct kw_ctx *ctx;
+	/* kernel consumer (es.c): called after each post, cq->lock held,
+	 * any context; set before the CQ's QP is connected */
+	void (*notify)(void *arg);
+	void *notify_arg;
 };
 
 /* ---- dev.c */
 int kw_dev_init(void);
 void kw_dev_exit(void);
+struct kw_ctx *kw_ctx_alloc(void);	/* ERR_PTR; charged to current->mm */
+void kw_ctx_free(struct kw_ctx *ctx);	/* process context, no locks */
 
 /* ---- mem.c */
 int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
@@ -155,6 +165,14 @@ int kw_pd_dealloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 struct kw_pd *kw_pd_lookup(struct kw_ctx *ctx, u32 handle); /* ctx->lock held */
 int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg);
 int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg);
+/*
+ * Register pages [pg, pg + npages) of kernel memory u as an MR of PD
+ * pd_handle whose TOs start at to (page aligned): for kernel consumers
+ * (es.c). arg->pd and arg->access are used; handle and stag are returned
+ * in it.
+ */
+int kw_mr_reg_kernel(struct kw_ctx *ctx, struct kw_umem *u, unsigned long pg,
+		     unsigned long npages, u64 to, struct kiwarp_reg_mr *arg);
 void kw_mr_destroy_all(struct kw_ctx *ctx);
 void kw_pd_destroy_all(struct kw_ctx *ctx);
 /* Lookup by STag from any context; NULL if unknown. */
@@ -219,6 +237,9 @@ struct kw_umem;
 /* Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure. */
 struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr);
 void kw_umem_put(struct kw_umem *u);	/* NULL is fine; process context */
+void kw_umem_get(struct kw_umem *u);
+unsigned long kw_umem_npages(const struct kw_umem *u);
+struct page *kw_umem_page(const struct kw_umem *u, unsigned long i);
 int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma);
 
 /* ---- cq.c */
@@ -236,6 +257,10 @@ void kw_cq_destroy_all(struct kw_ctx *ctx);
  * Wakes the event channel if armed (solicited: only for solicited or error).
  */
 int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited);
+/* Kernel consumers: a callback per CQE, and taking CQEs (1 or 0 if none)
+ * from a CQ no user space maps; one consumer at a time. */
+void kw_cq_set_notify(struct kw_cq *cq, void (*fn)(void *arg), void *arg);
+int kw_cq_poll_kernel(struct kw_cq *cq, struct kiwarp_cqe *cqe);
 
 /* ---- qp.c / cm.c (see qp.h) */
 struct kw_qp;
@@ -255,6 +280,10 @@ int kw_cm_listen_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 void kw_cm_listen_destroy_all(struct kw_ctx *ctx);
 int kw_qp_init(void);
 void kw_qp_exit(void);
+
+/* ---- es.c: extended sockets (the "kiwarp" TCP ULP) */
+int kw_es_init(void);
+void kw_es_exit(void);
 
 /* Zero-check helper for reserved ABI fields. */
 static inline bool kw_mem_is_zero(const void *p, size_t len)

@@ -39,6 +39,7 @@ typedef uint8_t u8;
 typedef uint16_t u16;
 typedef uint32_t u32;
 typedef uint64_t u64;
+typedef int16_t s16;
 typedef int32_t s32;
 
 #define cpu_to_be16(x) htobe16(x)
@@ -58,6 +59,8 @@ static inline u64 get_unaligned_be64(const void *p)
 { u64 v; memcpy(&v, p, 8); return be64toh(v); }
 static inline u32 get_unaligned_le32(const void *p)
 { u32 v; memcpy(&v, p, 4); return le32toh(v); }
+static inline u64 get_unaligned_le64(const void *p)
+{ u64 v; memcpy(&v, p, 8); return le64toh(v); }
 static inline void put_unaligned_be16(u16 v, void *p)
 { v = htobe16(v); memcpy(p, &v, 2); }
 static inline void put_unaligned_be32(u32 v, void *p)
@@ -66,6 +69,8 @@ static inline void put_unaligned_be64(u64 v, void *p)
 { v = htobe64(v); memcpy(p, &v, 8); }
 static inline void put_unaligned_le32(u32 v, void *p)
 { v = htole32(v); memcpy(p, &v, 4); }
+static inline void put_unaligned_le64(u64 v, void *p)
+{ v = htole64(v); memcpy(p, &v, 8); }
 
 #ifndef min
 #define min(a, b) ((a) < (b) ? (a) : (b))

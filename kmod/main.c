@@ -7,10 +7,12 @@
  *   kw_mem_init   STag table, PD ids, the MR release workqueue
  *   kw_qp_init    QP/CM infrastructure (workqueues, ...)
  *   kw_dev_init   /dev/kiwarp: from here on user space can create objects
+ *   kw_es_init    the "kiwarp" TCP ULP (extended sockets)
  *
  * Unloading is refused while objects exist: every object belongs to an open
  * file, and dev_fops.owner = THIS_MODULE pins the module while any file is
- * open (mapped rings hold their file). Asynchronous work never outlives the
+ * open (mapped rings hold their file); a socket with the ULP holds a
+ * reference too (its ULP ops and its proto_ops table). Asynchronous work never outlives the
  * files: release() flushes what it queued, and kw_qp_exit() and
  * kw_mem_exit() drain their workqueues before the module text goes away.
  */
@@ -18,6 +20,7 @@
 
 #include <linux/module.h>
 #include <linux/init.h>
+#include <net/tcp.h>
 
 #include "kiwarp.h"
 
@@ -39,10 +42,16 @@ static int __init kw_init(void)
 	if (ret)
 		goto err_qp_exit;
 
+	ret = kw_es_init();
+	if (ret)
+		goto err_dev_exit;
+
 	pr_info("software iWARP " KW_VERSION " (ABI %d) loaded\n",
 		KIWARP_ABI_VERSION);
 	return 0;
 
+err_dev_exit:
+	kw_dev_exit();
 err_qp_exit:
 	kw_qp_exit();
 err_mem_exit:
@@ -52,6 +61,7 @@ err_mem_exit:
 
 static void __exit kw_exit(void)
 {
+	kw_es_exit();
 	kw_dev_exit();
 	kw_qp_exit();
 	kw_mem_exit();
@@ -63,3 +73,4 @@ MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("Software iWARP (RDMAP/DDP/MPA over kernel TCP)");
 MODULE_AUTHOR("kiwarp developers");
 MODULE_VERSION(KW_VERSION);
+MODULE_ALIAS_TCP_ULP("kiwarp");

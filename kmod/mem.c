@@ -180,6 +180,12 @@ static void mr_release_work(struct work_struct *work)
 {
 	struct kw_mr *mr = container_of(work, struct kw_mr, release_work);
 
+	if (mr->umem) {
+		kvfree(mr->pages);
+		kw_umem_put(mr->umem);
+		kfree_rcu(mr, rcu);
+		return;
+	}
 	unpin_user_pages_dirty_lock(mr->pages, mr->npages, mr_writable(mr));
 	kvfree(mr->pages);
 	kw_unaccount_pinned(mr->mm, mr->npages);
@@ -343,9 +349,49 @@ static int mr_validate(const struct kiwarp_reg_mr *arg)
 	return 0;
 }
 
-int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
+/*
+ * Enter an initialised mr in ctx's table and the STag table (which makes
+ * it reachable by the peer), charging its PD. On failure nothing is
+ * published and mr is still the caller's.
+ */
+static int mr_publish(struct kw_ctx *ctx, struct kw_mr *mr,
+		      struct kiwarp_reg_mr *arg)
 {
 	struct kw_pd *pd;
+	int ret;
+
+	mutex_lock(&ctx->lock);
+	pd = kw_pd_lookup(ctx, arg->pd);
+	if (!pd) {
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	mr->pd = pd;
+	mr->pd_id = pd->id;
+	mr->ctx = ctx;
+	WRITE_ONCE(mr->valid, true);
+	ret = xa_alloc(&ctx->mrs, &mr->handle, mr, XA_LIMIT(1, KW_MAX_MR),
+		       GFP_KERNEL_ACCOUNT);
+	if (ret) {
+		ret = ret == -EBUSY ? -ENOSPC : ret;
+		goto out_unlock;
+	}
+	/* Publishes mr to kw_mr_get(): everything above is initialised. */
+	ret = mr_assign_stag(mr);
+	if (ret) {
+		xa_erase(&ctx->mrs, mr->handle);
+		goto out_unlock;
+	}
+	pd->users++;
+	arg->handle = mr->handle;
+	arg->stag = mr->stag;
+out_unlock:
+	mutex_unlock(&ctx->lock);
+	return ret;
+}
+
+int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
+{
 	struct kw_mr *mr;
 	int ret;
 
@@ -390,36 +436,12 @@ int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
 	if (ret)
 		goto err_free_pages;
 
-	mutex_lock(&ctx->lock);
-	pd = kw_pd_lookup(ctx, arg->pd);
-	if (!pd) {
-		ret = -EINVAL;
-		goto err_unlock;
-	}
-	mr->pd = pd;
-	mr->pd_id = pd->id;
-	mr->ctx = ctx;
-	WRITE_ONCE(mr->valid, true);
-	ret = xa_alloc(&ctx->mrs, &mr->handle, mr, XA_LIMIT(1, KW_MAX_MR),
-		       GFP_KERNEL_ACCOUNT);
-	if (ret) {
-		ret = ret == -EBUSY ? -ENOSPC : ret;
-		goto err_unlock;
-	}
-	/* Publishes mr to kw_mr_get(): everything above is initialised. */
-	ret = mr_assign_stag(mr);
+	ret = mr_publish(ctx, mr, arg);
 	if (ret)
-		goto err_erase_handle;
-	pd->users++;
-	arg->handle = mr->handle;
-	arg->stag = mr->stag;
-	mutex_unlock(&ctx->lock);
+		goto err_unpin;
 	return 0;
 
-err_erase_handle:
-	xa_erase(&ctx->mrs, mr->handle);
-err_unlock:
-	mutex_unlock(&ctx->lock);
+err_unpin:
 	unpin_user_pages(mr->pages, mr->npages);
 err_free_pages:
 	kvfree(mr->pages);
@@ -428,6 +450,49 @@ err_unaccount:
 err_mmdrop:
 	mmdrop(mr->mm);
 	kfree(mr);
+	return ret;
+}
+
+/*
+ * Kernel memory is neither pinned nor charged again: the umem reference
+ * keeps its pages, and their memlock and memcg charge, for the MR's life.
+ */
+int kw_mr_reg_kernel(struct kw_ctx *ctx, struct kw_umem *u, unsigned long pg,
+		     unsigned long npages, u64 to, struct kiwarp_reg_mr *arg)
+{
+	struct kw_mr *mr;
+	unsigned long i;
+	int ret;
+
+	if (!npages || pg + npages < pg || pg + npages > kw_umem_npages(u) ||
+	    (to & ~PAGE_MASK) || arg->access & ~KIWARP_ACCESS_ALL)
+		return -EINVAL;
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	if (!mr)
+		return -ENOMEM;
+	kref_init(&mr->ref);
+	atomic_set(&mr->wr_refs, 0);
+	INIT_WORK(&mr->release_work, mr_release_work);
+	mr->access = arg->access;
+	mr->addr = to;
+	mr->len = (u64)npages << PAGE_SHIFT;
+	mr->npages = npages;
+	mr->pages = kvmalloc_array(npages, sizeof(*mr->pages),
+				   GFP_KERNEL_ACCOUNT);
+	if (!mr->pages) {
+		kfree(mr);
+		return -ENOMEM;
+	}
+	for (i = 0; i < npages; i++)
+		mr->pages[i] = kw_umem_page(u, pg + i);
+	kw_umem_get(u);
+	mr->umem = u;
+	ret = mr_publish(ctx, mr, arg);
+	if (ret) {
+		kvfree(mr->pages);
+		kw_umem_put(u);
+		kfree(mr);
+	}
 	return ret;
 }
 

@@ -107,6 +107,8 @@ struct kw_qp {
 	bool cm_busy;		/* ACCEPT waits for a connection (cm_lock) */
 	struct socket *sock;	/* see "Sockets" above */
 	struct file *sock_file;	/* non-NULL if the socket came from a user fd */
+	bool sock_borrowed;	/* lent by a kernel consumer (es.c): never
+				 * closed or freed by the QP */
 	bool sock_keep_open;	/* release it without shutting it down
 				 * (a Reject; under cm_lock) */
 	long sock_rcvtimeo, sock_sndtimeo;	/* a handed-in socket's own,
@@ -264,6 +266,30 @@ void kw_cm_abort_setup(struct kw_qp *qp);	/* tx_mutex held */
 int kw_sendmsg(struct kw_qp *qp, struct msghdr *msg, struct kvec *vec,
 	       size_t num, size_t len);	/* tx_mutex or cm_lock held */
 void kw_cm_exit(void);
+
+/*
+ * Kernel consumers (es.c): the MPA exchange on a connected socket the
+ * consumer keeps (take_sock()'s "lent"), for an IDLE QP of its own
+ * context. The private data are kernel buffers; peer_pd has room for
+ * KW_MPA_MAX_PD bytes. The responder's check() sees the Request's private
+ * data and returns 0 to accept or an error to Reject with.
+ */
+struct kw_cm_kparam {
+	const struct proto_ops *tcp_ops;	/* the socket's own (TCP's) */
+	struct kiwarp_conn_param param;
+	const u8 *pd;
+	u32 pd_len;
+	u8 *peer_pd;
+	u32 peer_pd_len;			/* out */
+	u32 timeout_ms;				/* 0: KW_MPA_TIMEOUT_MS */
+	int (*check)(void *arg, const u8 *pd, u32 len);
+	void *check_arg;
+	struct kiwarp_conn_param result;	/* out */
+};
+int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
+		   struct kw_cm_kparam *kp);
+int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
+		  struct kw_cm_kparam *kp);
 
 /* rx.c */
 void kw_rx_data_ready(struct sock *sk);

@@ -88,6 +88,21 @@ void kw_umem_put(struct kw_umem *u)
 	kfree(u);
 }
 
+void kw_umem_get(struct kw_umem *u)
+{
+	refcount_inc(&u->ref);
+}
+
+unsigned long kw_umem_npages(const struct kw_umem *u)
+{
+	return u->npages;
+}
+
+struct page *kw_umem_page(const struct kw_umem *u, unsigned long i)
+{
+	return u->pages[i];
+}
+
 static void umem_vm_open(struct vm_area_struct *vma)
 {
 	struct kw_umem *u = vma->vm_private_data;

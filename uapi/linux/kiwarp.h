@@ -506,6 +506,53 @@ struct kiwarp_cqe {
 };
 
 /* ---------------------------------------------------------------------- */
+/* Extended sockets (Documentation/extended-sockets.md)                   */
+/*
+ * A connected TCP socket carries its byte stream over iWARP, in rsockets'
+ * stream protocol, and keeps its fd:
+ *
+ *	setsockopt(fd, SOL_TCP, TCP_ULP, KIWARP_ULP_NAME, 6);
+ *	int mode = IWARP_MODE_AUTO;
+ *	setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode));
+ *
+ * The ULP may also be set on a listening socket: the connections accepted
+ * from it wear it too. IWARP_MODE runs the MPA exchange on the connection
+ * (blocking; -EAGAIN on an O_NONBLOCK socket while another thread does
+ * it): AUTO is the MPA responder on a connection accepted from a listener
+ * with the ULP and the initiator otherwise; ACTIVE and PASSIVE choose.
+ * Both ends must switch. On failure the connection is shut down and the
+ * error returned (ETIMEDOUT, ECONNREFUSED, EPROTO, ECONNRESET...); the
+ * fd can then only be closed. There is no way back to plain TCP.
+ */
+#define KIWARP_ULP_NAME		"kiwarp"
+#define SOL_IWARP		0x4b57	/* setsockopt() level */
+
+#define IWARP_MODE		1	/* int: set IWARP_MODE_*, get 0/1 */
+#define IWARP_INFO		2	/* struct iwarp_info (get only) */
+
+#define IWARP_MODE_AUTO		1
+#define IWARP_MODE_ACTIVE	2	/* MPA initiator */
+#define IWARP_MODE_PASSIVE	3	/* MPA responder */
+
+#define IWARP_STATE_TCP		0	/* ULP on, not switched */
+#define IWARP_STATE_STARTING	1
+#define IWARP_STATE_RUN		2
+#define IWARP_STATE_DEAD	3	/* failed or closed: see error */
+
+struct iwarp_info {
+	__u32 state;		/* IWARP_STATE_* */
+	__u32 error;		/* positive errno, or 0 */
+	__u32 passive;		/* accepted from a listener with the ULP */
+	__u32 mpa_rev;		/* negotiated */
+	__u32 crc;		/* MPA CRC on */
+	__u32 rbuf_size;	/* receive / send buffer, bytes */
+	__u32 sbuf_size;
+	__u32 readable;		/* received, not yet read */
+	__aligned_u64 tx_bytes;	/* stream bytes sent over iWARP */
+	__aligned_u64 rx_bytes;	/* ... received */
+};
+
+/* ---------------------------------------------------------------------- */
 /* ioctl numbers                                                          */
 
 #define KIWARP_IOC_MAGIC	0xA7

@@ -1,0 +1,1260 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Extended sockets: a connected TCP socket switched to IWARP_MODE carries
+ * its byte stream over iWARP, speaking rsockets' stream protocol
+ * (rsock.c; Documentation/extended-sockets.md), and keeps its fd.
+ *
+ * The switch is a TCP ULP named "kiwarp" (as kTLS attaches): after
+ * setsockopt(fd, SOL_TCP, TCP_ULP, "kiwarp") the socket wears a copy of
+ * its own proto_ops that adds the SOL_IWARP options and changes nothing
+ * else. setsockopt(fd, SOL_IWARP, IWARP_MODE, ...) then
+ *  - swaps in the running ops (es_run_ops), so that from now on every
+ *    read, write, poll, shutdown and close of the fd comes here;
+ *  - builds a private kiwarp context (dev.c): a PD, one CQ, a QP and one
+ *    piece of kernel memory holding the receive buffer, the target SGL,
+ *    the send buffer and the message slots, registered as three MRs;
+ *  - runs the MPA exchange in band on the socket, lending it to the QP
+ *    (cm.c: kw_cm_kconnect/kw_cm_kaccept), with rsockets' connection data
+ *    as private data.
+ * A socket accepted from a listener that wears the ULP inherits it (clone)
+ * and is the MPA responder by default; any other is the initiator.
+ *
+ * Data path: write() copies into the send buffer and posts an RDMA Write
+ * into the buffer the peer advertised, followed by a 4-byte Send with the
+ * DATA message; read() copies out of the receive buffer, into which the
+ * peer's Writes were placed by the receive softirq. Completions are taken
+ * from the CQ by whichever call holds es->lock (there is no thread of our
+ * own); the CQ's notify callback only wakes the socket's waiters.
+ *
+ * Locking: es->lock (mutex) serializes every use of the ES state and of
+ * the QP's rings; it is never held while sleeping for the peer (waits drop
+ * it), except across the MPA exchange of the switch, which other callers
+ * wait for (or get -EAGAIN when non-blocking). es->gen counts progress
+ * (CQEs taken, state changes) under es->lock so that a waiter that saw no
+ * room does not sleep through another thread's progress.
+ *
+ * Lifetime: the struct kw_es lives in icsk_ulp_data from ULP attach (or
+ * clone) until the socket is destroyed (es_ulp_release). Its context, and
+ * with it the QP that borrows the socket, is torn down in es_release(),
+ * before the socket itself is released. Each socket wearing one of our
+ * proto_ops tables holds a module reference (the tables' owner is kiwarp,
+ * so sock_release() drops it).
+ */
+#include <linux/module.h>
+#include <linux/net.h>
+#include <linux/poll.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+#include <linux/ioctl.h>
+#include <asm/ioctls.h>
+#include <net/inet_common.h>
+#include <net/inet_connection_sock.h>
+#include <net/sock.h>
+#include <net/tcp.h>
+
+#include "qp.h"
+#include "rsock.h"
+
+enum kw_es_state {
+	ES_ATTACHED,	/* ULP on, still plain TCP */
+	ES_STARTING,	/* IWARP_MODE: MPA exchange under way */
+	ES_RUN,		/* an iWARP stream */
+	ES_DEAD,	/* failed or torn down: es->err says why */
+};
+
+/* Ring sizes: SQ_RESERVE send slots are kept for credit and control
+ * messages; the peer gets RQ_CREDITS message credits and RQ_ENTRIES -
+ * RQ_CREDITS receives cover its credit and control messages. */
+#define ES_SQ_ENTRIES		64
+#define ES_SQ_RESERVE		4
+#define ES_RQ_ENTRIES		64
+#define ES_RQ_CREDITS		48
+#define ES_CQ_ENTRIES		(ES_SQ_ENTRIES + ES_RQ_ENTRIES)
+#define ES_SLOT_LEN		16	/* one SGE or one message */
+#define ES_BUF_DEFAULT		(128 * 1024)
+#define ES_BUF_MIN		(16 * 1024)
+#define ES_BUF_MAX		(4 * 1024 * 1024)
+#define ES_TO_BASE		0x10000ULL	/* TOs of our MRs: never a
+						 * kernel address */
+#define ES_CLOSE_TIMEOUT	(5 * HZ)
+
+/* wr_id of send WRs: kind in the top byte, bytes of sbuf to free below */
+#define ES_WR_DATA		(1ULL << 56)
+#define ES_WR_CTRL		(2ULL << 56)
+#define ES_WR_LEN(id)		((u32)(id))
+
+struct kw_es {
+	struct sock *sk;
+	bool passive;		/* cloned from a listener */
+	struct mutex lock;	/* everything below */
+	enum kw_es_state state;
+	int err;		/* positive errno once ES_DEAD or failing */
+	u32 gen;		/* progress counter (see top) */
+	bool rd_eof;		/* the peer sent SHUTDOWN or DISCONNECT */
+	bool peer_gone;		/* ... DISCONNECT: it reads no more */
+	bool rd_shut, wr_shut;	/* local shutdown() */
+	bool ctrl_sent;		/* our SHUTDOWN/DISCONNECT went out */
+	bool disc_sent;		/* our DISCONNECT went out */
+
+	struct kw_ctx *ctx;
+	struct kw_qp *qp;	/* referenced */
+	struct kw_cq *cq;	/* referenced */
+	u32 qp_handle;
+	struct kw_umem *mem;
+	u8 *rbuf, *tsgl, *sbuf, *sslots, *rslots;	/* in mem */
+	u32 rbuf_size, sbuf_size;
+	u32 rbuf_key, tsgl_key, lkey;
+	u64 sbuf_to, sslots_to, rslots_to;
+	struct kw_rs rs;
+
+	u32 sq_prod;		/* send WRs posted (free-running) */
+	u32 rq_prod;		/* receive WRs posted */
+	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed */
+	struct kiwarp_conn_param result;
+	u64 tx_bytes, rx_bytes;
+};
+
+static struct kw_es *es_of(const struct sock *sk)
+{
+	return inet_csk(sk)->icsk_ulp_data;
+}
+
+/* --------------------------------------------------------- proto_ops */
+
+struct es_ops {
+	const struct proto_ops *orig;	/* TCP's, per family */
+	struct proto_ops attached;	/* orig + SOL_IWARP options */
+	struct proto_ops run;		/* the iWARP stream */
+};
+static struct es_ops es_ops[2];
+static DEFINE_MUTEX(es_ops_lock);
+
+static const struct proto_ops *es_orig(const struct socket *sock)
+{
+	const struct proto_ops *ops = READ_ONCE(sock->ops);
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(es_ops); i++)
+		if (ops == &es_ops[i].attached || ops == &es_ops[i].run)
+			return es_ops[i].orig;
+	return ops;
+}
+
+static struct es_ops *es_ops_of(const struct sock *sk)
+{
+	return &es_ops[sk->sk_family == AF_INET6];
+}
+
+/* ------------------------------------------------------------ wakeups */
+
+static void es_wake(struct sock *sk)
+{
+	struct socket_wq *wq;
+
+	rcu_read_lock();
+	wq = rcu_dereference(sk->sk_wq);
+	if (skwq_has_sleeper(wq))
+		wake_up_interruptible_poll(&wq->wait, EPOLLIN | EPOLLRDNORM |
+					   EPOLLOUT | EPOLLWRNORM);
+	rcu_read_unlock();
+}
+
+/* CQ notify: any context, cq->lock held. */
+static void es_notify(void *arg)
+{
+	struct kw_es *es = arg;
+
+	es_wake(es->sk);
+}
+
+/* ------------------------------------------------------------ posting */
+
+static u32 es_sq_free(struct kw_es *es)
+{
+	/* pairs with the store-release of cons when a WR completes */
+	u32 cons = smp_load_acquire(es->qp->sq.cons);
+
+	return es->qp->sq.entries - (es->sq_prod - cons);
+}
+
+static struct kiwarp_wqe *es_sq_next(struct kw_es *es)
+{
+	struct kiwarp_wqe *w;
+
+	w = &es->qp->sq.wqe[es->sq_prod & (es->qp->sq.entries - 1)];
+	memset(w, 0, sizeof(*w));
+	return w;
+}
+
+/* The 16-byte slot of the next send WR, for its inline payload. */
+static u8 *es_sslot(struct kw_es *es, u64 *to)
+{
+	u32 i = es->sq_prod & (ES_SQ_ENTRIES - 1);
+
+	*to = es->sslots_to + i * ES_SLOT_LEN;
+	return es->sslots + i * ES_SLOT_LEN;
+}
+
+static void es_sq_commit(struct kw_es *es)
+{
+	es->sq_prod++;
+}
+
+/* Hand what es_sq_commit() produced to the QP. */
+static int es_doorbell(struct kw_es *es)
+{
+	struct kiwarp_handle h = { .handle = es->qp_handle };
+
+	/* the WQEs before prod; pairs with the acquire in sq_pull_locked() */
+	smp_store_release(es->qp->sq.prod, es->sq_prod);
+	return kw_qp_doorbell(es->ctx, &h);
+}
+
+static void es_post_msg(struct kw_es *es, u32 msg, u64 wr_id)
+{
+	struct kiwarp_wqe *w;
+	u64 to;
+	u8 *slot = es_sslot(es, &to);
+
+	kw_rs_msg_encode(msg, slot);
+	w = es_sq_next(es);
+	w->wr_id = wr_id;
+	w->opcode = KIWARP_WR_SEND;
+	w->flags = KIWARP_WR_SIGNALED;
+	w->num_sge = 1;
+	w->sge[0].addr = to;
+	w->sge[0].length = KW_RS_MSG_LEN;
+	w->sge[0].lkey = es->lkey;
+	es_sq_commit(es);
+}
+
+static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
+			  const struct kw_rs_sge *dst)
+{
+	struct kiwarp_wqe *w = es_sq_next(es);
+
+	w->opcode = KIWARP_WR_RDMA_WRITE;
+	w->num_sge = 1;
+	w->sge[0].addr = src_to;
+	w->sge[0].length = len;
+	w->sge[0].lkey = es->lkey;
+	w->remote_addr = dst->addr;
+	w->rkey = dst->key;
+	es_sq_commit(es);
+}
+
+static void es_post_recv(struct kw_es *es)
+{
+	u32 i = es->rq_prod & (ES_RQ_ENTRIES - 1);
+	struct kiwarp_wqe *w = &es->qp->rq.wqe[es->rq_prod &
+					       (es->qp->rq.entries - 1)];
+
+	memset(w, 0, sizeof(*w));
+	w->wr_id = i;
+	w->opcode = KIWARP_WR_RECV;
+	w->num_sge = 1;
+	w->sge[0].addr = es->rslots_to + i * KW_RS_MSG_LEN;
+	w->sge[0].length = KW_RS_MSG_LEN;
+	w->sge[0].lkey = es->lkey;
+	es->rq_prod++;
+	/* pairs with the load-acquire of prod in kw_qp_rq_pull() */
+	smp_store_release(es->qp->rq.prod, es->rq_prod);
+}
+
+/* ------------------------------------------------------------ progress */
+
+/* Stop the stream: the peer gets a reset. es->lock held. */
+static void es_fail(struct kw_es *es, int err)
+{
+	struct kiwarp_modify_qp m = {
+		.qp = es->qp_handle, .action = KIWARP_MODIFY_ERROR,
+	};
+
+	lockdep_assert_held(&es->lock);
+	if (!es->err)
+		es->err = err;
+	if (es->state == ES_RUN) {
+		sock_no_linger(es->sk);
+		kw_qp_modify(es->ctx, &m);
+	}
+	es->gen++;
+}
+
+/* A credit update, if one is due and there is room for it. */
+static void es_credit(struct kw_es *es)
+{
+	struct kw_rs_credit c;
+	u64 to;
+	u8 *slot;
+
+	lockdep_assert_held(&es->lock);
+	if (es->err || es->disc_sent || !kw_rs_credit_due(&es->rs, &c) ||
+	    es_sq_free(es) < 2)
+		return;
+	if (c.advert) {
+		struct kw_rs_sge dst = {
+			.addr = c.remote_to, .key = c.remote_key,
+		};
+
+		slot = es_sslot(es, &to);
+		memcpy(slot, c.sge, KW_RS_SGE_LEN);
+		es_post_write(es, to, KW_RS_SGE_LEN, &dst);
+	}
+	es_post_msg(es, c.msg, ES_WR_CTRL);
+	kw_rs_credit_sent(&es->rs, &c);
+	if (es_doorbell(es))
+		es_fail(es, ECONNRESET);
+}
+
+/* One received message. */
+static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
+{
+	u32 slot = (u32)cqe->wr_id & (ES_RQ_ENTRIES - 1);
+	u32 before = es->rs.readable;
+	int ev;
+
+	if (cqe->byte_len != KW_RS_MSG_LEN) {
+		es_fail(es, EPROTO);
+		return;
+	}
+	ev = kw_rs_rx_msg(&es->rs, kw_rs_msg_decode(es->rslots +
+						    slot * KW_RS_MSG_LEN));
+	switch (ev) {
+	case KW_RS_EV_DATA:
+		es->rx_bytes += es->rs.readable - before;
+		break;
+	case KW_RS_EV_SHUTDOWN:
+		es->rd_eof = true;
+		break;
+	case KW_RS_EV_DISCONNECT:
+		es->rd_eof = true;
+		es->peer_gone = true;
+		break;
+	case KW_RS_EV_NONE:
+	case KW_RS_EV_CREDIT:
+		break;
+	default:	/* -EPROTO */
+		es_fail(es, EPROTO);
+		return;
+	}
+	es_post_recv(es);
+}
+
+/* Take every completion there is; true if any. es->lock held. */
+static bool es_process(struct kw_es *es)
+{
+	struct kiwarp_cqe cqe;
+	bool any = false;
+
+	lockdep_assert_held(&es->lock);
+	if (es->state != ES_RUN)
+		return false;
+	while (kw_cq_poll_kernel(es->cq, &cqe)) {
+		any = true;
+		if (cqe.status != KIWARP_WC_SUCCESS) {
+			/* a flush after the peer's DISCONNECT is its close */
+			es_fail(es, es->peer_gone ? EPIPE : ECONNRESET);
+			continue;
+		}
+		if (cqe.opcode == KIWARP_WR_RECV) {
+			if (!es->err)
+				es_rx_msg(es, &cqe);
+		} else if ((cqe.wr_id & ~0xffffffffULL) == ES_WR_DATA) {
+			es->sb_tail += ES_WR_LEN(cqe.wr_id);
+		}
+	}
+	if (!es->err)
+		es_credit(es);
+	if (any)
+		es->gen++;
+	return any;
+}
+
+/* Process, then wake whoever waits on what changed. */
+static void es_unlock(struct kw_es *es, u32 gen)
+{
+	bool changed = es->gen != gen;
+
+	mutex_unlock(&es->lock);
+	if (changed)
+		es_wake(es->sk);
+}
+
+/*
+ * Sleep until something changes (es->gen moved or a CQE is waiting), the
+ * timeout runs out or a signal comes. Returns the time left or an error.
+ */
+static long es_wait(struct kw_es *es, u32 gen, long timeo)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sock *sk = es->sk;
+
+	add_wait_queue(sk_sleep(sk), &wait);
+	while (READ_ONCE(es->gen) == gen &&
+	       smp_load_acquire(es->cq->prod) == READ_ONCE(*es->cq->cons)) {
+		if (signal_pending(current)) {
+			timeo = sock_intr_errno(timeo);
+			break;
+		}
+		if (!timeo) {
+			timeo = -EAGAIN;
+			break;
+		}
+		timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, timeo);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	if (timeo > 0 || timeo == MAX_SCHEDULE_TIMEOUT)
+		return timeo;
+	return timeo ? timeo : -EAGAIN;
+}
+
+/*
+ * Lock for an operation on the stream. es->lock is held long only by the
+ * switch (the MPA exchange): a non-blocking caller gets -EAGAIN then, and
+ * otherwise waits for the short holds (a -EAGAIN there could make an
+ * edge-triggered poller miss data that is there).
+ */
+static int es_lock(struct kw_es *es, bool nonblock)
+{
+	if (mutex_trylock(&es->lock))
+		return 0;
+	if (nonblock && READ_ONCE(es->state) == ES_STARTING)
+		return -EAGAIN;
+	return mutex_lock_interruptible(&es->lock);
+}
+
+/* ---------------------------------------------------------------- send */
+
+/*
+ * kw_rs_tx_room() reads the next target SGL entry when the current buffer
+ * is full; the peer's Write of that entry is placed by our socket's receive
+ * path, which runs under the socket lock (in softirq, bh_lock_sock; in
+ * process context, lock_sock): taking it keeps the read from seeing a
+ * half-placed entry.
+ */
+static u32 es_tx_room(struct kw_es *es, struct kw_rs_sge *dst)
+{
+	u32 room;
+
+	lockdep_assert_held(&es->lock);
+	if (es->rs.target.len)
+		return kw_rs_tx_room(&es->rs, es->tsgl, dst);
+	lock_sock(es->sk);
+	room = kw_rs_tx_room(&es->rs, es->tsgl, dst);
+	release_sock(es->sk);
+	return room;
+}
+
+
+static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
+{
+	struct sock *sk = sock->sk;
+	struct kw_es *es = es_of(sk);
+	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
+	long timeo = sock_sndtimeo(sk, nonblock);
+	size_t copied = 0;
+	int ret = 0;
+	u32 gen0, gen;
+
+	if (msg->msg_flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	for (;;) {
+		ret = es_lock(es, nonblock);
+		if (ret)
+			break;
+		gen0 = es->gen;
+		es_process(es);
+		while (copied < len) {
+			struct kw_rs_sge dst;
+			u32 room, off, n;
+
+			if (es->state != ES_RUN) {
+				ret = es->err ? -es->err : -ENOTCONN;
+				break;
+			}
+			if (es->wr_shut || es->peer_gone || es->err) {
+				ret = es->err == EPROTO ? -EPROTO : -EPIPE;
+				break;
+			}
+			if (es_sq_free(es) < 2 + ES_SQ_RESERVE)
+				break;
+			room = es_tx_room(es, &dst);
+			off = es->sb_head % es->sbuf_size;
+			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
+				 es->sbuf_size - off);
+			n = min_t(size_t, n, len - copied);
+			if (!n)
+				break;
+			if (copy_from_iter(es->sbuf + off, n, &msg->msg_iter) != n) {
+				ret = -EFAULT;
+				break;
+			}
+			es_post_write(es, es->sbuf_to + off, n, &dst);
+			es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
+				    ES_WR_DATA | n);
+			es->sb_head += n;
+			es->tx_bytes += n;
+			copied += n;
+			if (es_doorbell(es)) {
+				es_fail(es, ECONNRESET);
+				ret = -ECONNRESET;
+				break;
+			}
+		}
+		gen = es->gen;
+		es_unlock(es, gen0);
+		if (ret || copied == len)
+			break;
+		timeo = es_wait(es, gen, timeo);
+		if (timeo < 0) {
+			ret = timeo;
+			break;
+		}
+	}
+	if (copied)
+		return copied;
+	if (ret == -EPIPE && !(msg->msg_flags & MSG_NOSIGNAL))
+		send_sig(SIGPIPE, current, 0);
+	return ret;
+}
+
+/* ------------------------------------------------------------- receive */
+
+/* Copy up to n readable bytes, skip bytes in, to the iterator. */
+static int es_copy_out(struct kw_es *es, struct msghdr *msg, u32 skip, u32 n)
+{
+	u32 size = es->rbuf_size, off = (es->rs.rd_off + skip) % size;
+
+	while (n) {
+		u32 k = min(n, size - off);
+
+		if (copy_to_iter(es->rbuf + off, k, &msg->msg_iter) != k)
+			return -EFAULT;
+		n -= k;
+		off = (off + k) % size;
+	}
+	return 0;
+}
+
+static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
+		      int flags)
+{
+	struct sock *sk = sock->sk;
+	struct kw_es *es = es_of(sk);
+	bool nonblock = flags & MSG_DONTWAIT, peek = flags & MSG_PEEK;
+	long timeo = sock_rcvtimeo(sk, nonblock);
+	size_t target = (flags & MSG_WAITALL) ? len : 1, copied = 0;
+	int ret = 0;
+	u32 gen0, gen;
+
+	if (flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	if (flags & MSG_ERRQUEUE)
+		return -EAGAIN;		/* nothing is queued there */
+	if (!len)
+		return 0;
+	target = min(target, len);
+	for (;;) {
+		u32 n;
+
+		ret = es_lock(es, nonblock);
+		if (ret)
+			break;
+		gen0 = es->gen;
+		es_process(es);
+		n = min_t(size_t, len - copied,
+			  es->rs.readable - (peek ? copied : 0));
+		if (n && !es->rd_shut) {
+			ret = es_copy_out(es, msg, peek ? copied : 0, n);
+			if (!ret) {
+				if (!peek) {
+					kw_rs_rx_consume(&es->rs, n);
+					es_credit(es);
+					es->gen++;
+				}
+				copied += n;
+			}
+		} else if (es->state != ES_RUN) {
+			ret = es->err ? -es->err : -ENOTCONN;
+		} else if (es->rd_eof || es->rd_shut) {
+			ret = 1;	/* end of stream */
+		} else if (es->err) {
+			ret = -es->err;
+		}
+		gen = es->gen;
+		es_unlock(es, gen0);
+		if (ret || copied >= target)
+			break;
+		timeo = es_wait(es, gen, timeo);
+		if (timeo < 0) {
+			ret = timeo;
+			break;
+		}
+	}
+	if (copied)
+		return copied;
+	return ret == 1 ? 0 : ret;
+}
+
+/* ---------------------------------------------------------------- poll */
+
+static __poll_t es_poll(struct file *file, struct socket *sock,
+			struct poll_table_struct *wait)
+{
+	struct sock *sk = sock->sk;
+	struct kw_es *es = es_of(sk);
+	struct kw_rs_sge dst;
+	__poll_t mask = 0;
+	u32 gen0;
+
+	sock_poll_wait(file, sock, wait);
+	/* switching: nothing to report until the holder wakes us */
+	if (es_lock(es, true))
+		return 0;
+	gen0 = es->gen;
+	es_process(es);
+	switch (es->state) {
+	case ES_ATTACHED:
+	case ES_STARTING:
+		break;
+	case ES_RUN:
+		if (es->rs.readable || es->rd_eof || es->rd_shut)
+			mask |= EPOLLIN | EPOLLRDNORM;
+		if (es->rd_eof)
+			mask |= EPOLLRDHUP;
+		if (es->err) {
+			mask |= EPOLLERR | EPOLLIN | EPOLLRDNORM | EPOLLOUT |
+				EPOLLWRNORM;
+		} else if (!es->wr_shut && !es->peer_gone &&
+			   es_sq_free(es) >= 2 + ES_SQ_RESERVE &&
+			   es->sb_head - es->sb_tail < es->sbuf_size &&
+			   es_tx_room(es, &dst)) {
+			mask |= EPOLLOUT | EPOLLWRNORM;
+		}
+		if ((es->rd_eof || es->rd_shut) &&
+		    (es->wr_shut || es->peer_gone || es->err))
+			mask |= EPOLLHUP;
+		break;
+	case ES_DEAD:
+		mask = EPOLLERR | EPOLLHUP | EPOLLIN | EPOLLRDNORM | EPOLLOUT;
+		break;
+	}
+	es_unlock(es, gen0);
+	return mask;
+}
+
+/* ------------------------------------------------------------ shutdown */
+
+/* Our SHUTDOWN or DISCONNECT message, once; es->lock held. */
+static void es_send_ctrl(struct kw_es *es)
+{
+	bool disc = es->rd_shut && es->wr_shut;
+
+	lockdep_assert_held(&es->lock);
+	if (es->state != ES_RUN || es->err || es->disc_sent ||
+	    (es->ctrl_sent && !disc) || !es->wr_shut)
+		return;
+	if (es_sq_free(es) < 1) {
+		es_fail(es, ECONNRESET);
+		return;
+	}
+	es_post_msg(es, KW_RS_MSG(KW_RS_OP_CTRL, disc ? KW_RS_CTRL_DISCONNECT :
+				  KW_RS_CTRL_SHUTDOWN), ES_WR_CTRL);
+	es->ctrl_sent = true;
+	es->disc_sent = disc;
+	if (es_doorbell(es))
+		es_fail(es, ECONNRESET);
+	es->gen++;
+}
+
+static int es_shutdown(struct socket *sock, int how)
+{
+	struct kw_es *es = es_of(sock->sk);
+	int ret;
+	u32 gen0;
+
+	how++;	/* SHUT_RD 0 -> RCV_SHUTDOWN 1, as inet_shutdown() */
+	if ((how & ~SHUTDOWN_MASK) || !how)
+		return -EINVAL;
+	ret = mutex_lock_interruptible(&es->lock);
+	if (ret)
+		return ret;
+	gen0 = es->gen;
+	if (es->state != ES_RUN) {
+		ret = -ENOTCONN;
+	} else {
+		es_process(es);
+		if (how & RCV_SHUTDOWN)
+			es->rd_shut = true;
+		if (how & SEND_SHUTDOWN)
+			es->wr_shut = true;
+		es_send_ctrl(es);
+		es->gen++;
+	}
+	es_unlock(es, gen0);
+	return ret;
+}
+
+/* --------------------------------------------------------------- setup */
+
+/* Tear the private context down (the QP gives the socket back). */
+static void es_teardown(struct kw_es *es)
+{
+	lockdep_assert_held(&es->lock);
+	if (es->cq) {
+		kw_cq_set_notify(es->cq, NULL, NULL);
+		kw_cq_put(es->cq);
+		es->cq = NULL;
+	}
+	if (es->qp) {
+		kw_qp_put(es->qp);
+		es->qp = NULL;
+	}
+	if (es->ctx) {
+		kw_ctx_free(es->ctx);	/* QP, CQ, MRs, PD */
+		es->ctx = NULL;
+	}
+	kw_umem_put(es->mem);
+	es->mem = NULL;
+}
+
+/* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
+ * before the switch, else the default, in pages. */
+static u32 es_buf_size(const struct sock *sk, bool rcv)
+{
+	u32 v = ES_BUF_DEFAULT;
+
+	if (sk->sk_userlocks & (rcv ? SOCK_RCVBUF_LOCK : SOCK_SNDBUF_LOCK))
+		v = rcv ? READ_ONCE(sk->sk_rcvbuf) : READ_ONCE(sk->sk_sndbuf);
+	return PAGE_ALIGN(clamp_t(u32, v, ES_BUF_MIN, ES_BUF_MAX));
+}
+
+/*
+ * Memory: rbuf | tsgl (1 page) | sbuf | slots (1 page: the send WRs'
+ * 16-byte slots, then the receive WRs' 4-byte ones). Three MRs: rbuf and
+ * tsgl, which the peer writes, and everything after them, which only we
+ * use.
+ */
+static int es_alloc(struct kw_es *es)
+{
+	struct kiwarp_handle pd = {};
+	struct kiwarp_create_cq cq = { .entries = ES_CQ_ENTRIES };
+	struct kiwarp_create_qp qp = {
+		.sq_entries = ES_SQ_ENTRIES, .rq_entries = ES_RQ_ENTRIES,
+		.max_sge = 1,
+	};
+	struct kiwarp_reg_mr mr = {};
+	unsigned long rb_pages, sb_pages;
+	struct kw_rs_cfg cfg = { .rq_size = ES_RQ_CREDITS };
+	size_t size;
+	void *base;
+	int ret, i;
+
+	BUILD_BUG_ON(ES_SQ_ENTRIES * ES_SLOT_LEN +
+		     ES_RQ_ENTRIES * KW_RS_MSG_LEN > PAGE_SIZE);
+	BUILD_BUG_ON(KW_RS_SGL_SIZE * KW_RS_SGE_LEN > PAGE_SIZE);
+	es->rbuf_size = es_buf_size(es->sk, true);
+	es->sbuf_size = es_buf_size(es->sk, false);
+	rb_pages = es->rbuf_size >> PAGE_SHIFT;
+	sb_pages = es->sbuf_size >> PAGE_SHIFT;
+	size = (rb_pages + 1 + sb_pages + 1) << PAGE_SHIFT;
+
+	es->ctx = kw_ctx_alloc();
+	if (IS_ERR(es->ctx)) {
+		ret = PTR_ERR(es->ctx);
+		es->ctx = NULL;
+		return ret;
+	}
+	es->mem = kw_umem_alloc(es->ctx->mm, size, &base);
+	if (IS_ERR(es->mem)) {
+		ret = PTR_ERR(es->mem);
+		es->mem = NULL;
+		return ret;
+	}
+	es->rbuf = base;
+	es->tsgl = es->rbuf + es->rbuf_size;
+	es->sbuf = es->tsgl + PAGE_SIZE;
+	es->sslots = es->sbuf + es->sbuf_size;
+	es->rslots = es->sslots + ES_SQ_ENTRIES * ES_SLOT_LEN;
+
+	ret = kw_pd_alloc(es->ctx, &pd);
+	if (ret)
+		return ret;
+	mr.pd = pd.handle;
+	mr.access = KIWARP_ACCESS_LOCAL_WRITE | KIWARP_ACCESS_REMOTE_WRITE;
+	ret = kw_mr_reg_kernel(es->ctx, es->mem, 0, rb_pages, ES_TO_BASE, &mr);
+	if (ret)
+		return ret;
+	es->rbuf_key = mr.stag;
+	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages, 1, ES_TO_BASE, &mr);
+	if (ret)
+		return ret;
+	es->tsgl_key = mr.stag;
+	mr.access = KIWARP_ACCESS_LOCAL_WRITE;
+	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages + 1, sb_pages + 1,
+			       ES_TO_BASE, &mr);
+	if (ret)
+		return ret;
+	es->lkey = mr.stag;
+	es->sbuf_to = ES_TO_BASE;
+	es->sslots_to = ES_TO_BASE + es->sbuf_size;
+	es->rslots_to = es->sslots_to + ES_SQ_ENTRIES * ES_SLOT_LEN;
+
+	ret = kw_cq_create(es->ctx, &cq);
+	if (ret)
+		return ret;
+	mutex_lock(&es->ctx->lock);
+	es->cq = kw_cq_lookup(es->ctx, cq.handle);
+	if (es->cq)
+		kw_cq_get(es->cq);
+	mutex_unlock(&es->ctx->lock);
+	if (!es->cq)
+		return -EINVAL;
+	kw_cq_set_notify(es->cq, es_notify, es);
+
+	qp.pd = pd.handle;
+	qp.send_cq = cq.handle;
+	qp.recv_cq = cq.handle;
+	ret = kw_qp_create(es->ctx, &qp);
+	if (ret)
+		return ret;
+	es->qp_handle = qp.handle;
+	es->qp = kw_qp_get(es->ctx, qp.handle);
+	if (!es->qp)
+		return -EINVAL;
+	if (es->qp->sq.entries != ES_SQ_ENTRIES ||
+	    es->qp->rq.entries != ES_RQ_ENTRIES)
+		return -EINVAL;	/* the slot arithmetic needs them exact */
+
+	cfg.rbuf_size = es->rbuf_size;
+	cfg.rbuf_to = ES_TO_BASE;
+	cfg.rbuf_key = es->rbuf_key;
+	cfg.tsgl_to = ES_TO_BASE;
+	cfg.tsgl_key = es->tsgl_key;
+	ret = kw_rs_init(&es->rs, &cfg);
+	if (ret)
+		return ret;
+	/* every receive before the peer can send (rsockets does the same) */
+	for (i = 0; i < ES_RQ_ENTRIES; i++)
+		es_post_recv(es);
+	return 0;
+}
+
+/* Responder: the initiator's connection data must be usable (rsock.c). */
+static int es_check_conn(void *arg, const u8 *pd, u32 len)
+{
+	struct kw_rs_conn c;
+
+	return kw_rs_conn_decode(pd, len, &c);
+}
+
+static int es_switch(struct kw_es *es, struct socket *sock, int mode)
+{
+	struct es_ops *ops = es_ops_of(es->sk);
+	struct kw_cm_kparam kp = {
+		.tcp_ops = ops->orig,
+		.param = { .mpa_rev = 2, .ird = 1, .ord = 1 },
+		.pd_len = KW_RS_CONN_LEN,
+		.check = es_check_conn,
+	};
+	u8 mine[KW_RS_CONN_LEN], *peer_pd;
+	struct kw_rs_conn local, peer;
+	bool initiator;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (mode == IWARP_MODE_AUTO)
+		initiator = !es->passive;
+	else if (mode == IWARP_MODE_ACTIVE || mode == IWARP_MODE_PASSIVE)
+		initiator = mode == IWARP_MODE_ACTIVE;
+	else
+		return -EINVAL;
+	if (es->state != ES_ATTACHED)
+		return es->state == ES_DEAD ? -EINVAL : -EISCONN;
+	if (READ_ONCE(es->sk->sk_state) != TCP_ESTABLISHED ||
+	    sock->state != SS_CONNECTED)
+		return -ENOTCONN;
+	peer_pd = kzalloc(KW_MPA_MAX_PD, GFP_KERNEL);
+	if (!peer_pd)
+		return -ENOMEM;
+
+	/* from here on, reads and writes of the fd wait for us */
+	es->state = ES_STARTING;
+	WRITE_ONCE(sock->ops, &ops->run);
+	ret = es_alloc(es);
+	if (ret)
+		goto fail;
+	kw_rs_local_conn(&es->rs, &local);
+	kw_rs_conn_encode(&local, mine);
+	kp.pd = mine;
+	kp.peer_pd = peer_pd;
+	if (initiator)
+		ret = kw_cm_kconnect(es->qp, sock, &kp);
+	else
+		ret = kw_cm_kaccept(es->qp, sock, &kp);
+	if (ret)
+		goto fail;
+	ret = kw_rs_conn_decode(peer_pd, kp.peer_pd_len, &peer);
+	if (!ret)
+		ret = kw_rs_start(&es->rs, &peer);
+	if (ret)
+		goto fail;
+	es->result = kp.result;
+	es->state = ES_RUN;
+	/* our second half at once: it is also what unfences a responder */
+	es_credit(es);
+	es->gen++;
+	kfree(peer_pd);
+	return es->err ? -es->err : 0;
+
+fail:
+	if (ret == -ERESTARTSYS)
+		ret = -EINTR;	/* the switch cannot be restarted */
+	es->state = ES_DEAD;
+	es->err = -ret;
+	es_teardown(es);
+	/* the connection is of no further use; the peer sees it close */
+	ops->orig->shutdown(sock, SHUT_RDWR);
+	es->gen++;
+	kfree(peer_pd);
+	return ret;
+}
+
+/* ----------------------------------------------------------- options */
+
+static int es_info(struct kw_es *es, struct iwarp_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->state = es->state == ES_RUN ? IWARP_STATE_RUN :
+		      es->state == ES_DEAD ? IWARP_STATE_DEAD :
+		      es->state == ES_STARTING ? IWARP_STATE_STARTING :
+		      IWARP_STATE_TCP;
+	info->error = es->err;
+	info->passive = es->passive;
+	info->mpa_rev = es->result.mpa_rev;
+	info->crc = !!(es->result.flags & KIWARP_CONN_CRC);
+	info->rbuf_size = es->rbuf_size;
+	info->sbuf_size = es->sbuf_size;
+	info->tx_bytes = es->tx_bytes;
+	info->rx_bytes = es->rx_bytes;
+	info->readable = es->rs.readable;
+	return 0;
+}
+
+static int es_setsockopt(struct socket *sock, int level, int optname,
+			 sockptr_t optval, unsigned int optlen)
+{
+	struct kw_es *es = es_of(sock->sk);
+	int val, ret;
+
+	if (level != SOL_IWARP)
+		return es_orig(sock)->setsockopt(sock, level, optname, optval,
+						 optlen);
+	if (!es)
+		return -ENOMEM;	/* a clone that could not allocate */
+	if (optname != IWARP_MODE)
+		return -ENOPROTOOPT;
+	if (optlen < sizeof(int))
+		return -EINVAL;
+	if (copy_from_sockptr(&val, optval, sizeof(val)))
+		return -EFAULT;
+	if (sock->file && (sock->file->f_flags & O_NONBLOCK)) {
+		if (!mutex_trylock(&es->lock))
+			return -EAGAIN;
+	} else {
+		ret = mutex_lock_interruptible(&es->lock);
+		if (ret)
+			return ret;
+	}
+	ret = es_switch(es, sock, val);
+	mutex_unlock(&es->lock);
+	es_wake(sock->sk);
+	return ret;
+}
+
+static int es_getsockopt(struct socket *sock, int level, int optname,
+			 char __user *optval, int __user *optlen)
+{
+	struct kw_es *es = es_of(sock->sk);
+	struct iwarp_info info;
+	int len, val, ret;
+
+	if (level != SOL_IWARP) {
+		/* zerocopy receive would take bytes from under the stream */
+		if (level == SOL_TCP && optname == TCP_ZEROCOPY_RECEIVE &&
+		    READ_ONCE(sock->ops) == &es_ops_of(sock->sk)->run)
+			return -EOPNOTSUPP;
+		return es_orig(sock)->getsockopt(sock, level, optname, optval,
+						 optlen);
+	}
+	if (!es)
+		return -ENOMEM;
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < 0)
+		return -EINVAL;
+	ret = mutex_lock_interruptible(&es->lock);
+	if (ret)
+		return ret;
+	switch (optname) {
+	case IWARP_MODE:
+		val = es->state == ES_RUN || es->state == ES_STARTING;
+		mutex_unlock(&es->lock);
+		len = min_t(int, len, sizeof(val));
+		if (put_user(len, optlen) || copy_to_user(optval, &val, len))
+			return -EFAULT;
+		return 0;
+	case IWARP_INFO:
+		es_info(es, &info);
+		mutex_unlock(&es->lock);
+		len = min_t(int, len, sizeof(info));
+		if (put_user(len, optlen) || copy_to_user(optval, &info, len))
+			return -EFAULT;
+		return 0;
+	}
+	mutex_unlock(&es->lock);
+	return -ENOPROTOOPT;
+}
+
+/* ------------------------------------------------------ the run table */
+
+static int es_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
+{
+	struct kw_es *es = es_of(sock->sk);
+	int n;
+
+	switch (cmd) {
+	case SIOCINQ:	/* FIONREAD: bytes a read() would return now */
+		mutex_lock(&es->lock);
+		es_process(es);
+		n = es->rs.readable;
+		mutex_unlock(&es->lock);
+		return put_user(n, (int __user *)arg);
+	case SIOCOUTQ:	/* bytes written, not yet completed */
+		mutex_lock(&es->lock);
+		n = es->sb_head - es->sb_tail;
+		mutex_unlock(&es->lock);
+		return put_user(n, (int __user *)arg);
+	case SIOCATMARK:
+		return put_user(0, (int __user *)arg);
+	}
+	/* route and interface ioctls: the socket's own */
+	return es_orig(sock)->ioctl(sock, cmd, arg);
+}
+
+static int es_connect(struct socket *sock, kw_sockaddr_arg *a, int len,
+		      int flags)
+{
+	return -EISCONN;
+}
+
+static int es_listen(struct socket *sock, int backlog)
+{
+	return -EINVAL;
+}
+
+static int es_accept(struct socket *sock, struct socket *newsock,
+		     KW_ACCEPT_ARGS)
+{
+	return -EINVAL;
+}
+
+static int es_mmap(struct file *file, struct socket *sock,
+		   struct vm_area_struct *vma)
+{
+	return -ENODEV;
+}
+
+static ssize_t es_splice_read(struct socket *sock, loff_t *ppos,
+			      struct pipe_inode_info *pipe, size_t len,
+			      unsigned int flags)
+{
+	return -EOPNOTSUPP;
+}
+
+/*
+ * close(): an orderly end. DISCONNECT to the peer, then the QP closes
+ * once what was written went out (kiwarp sends a FIN after the SQ
+ * drained), at most ES_CLOSE_TIMEOUT (or SO_LINGER's time): then, or with
+ * data unread (as TCP does), the connection is reset. Only then is the
+ * socket, which the QP borrowed, released.
+ */
+static int es_release(struct socket *sock)
+{
+	struct sock *sk = sock->sk;
+	struct kw_es *es = sk ? es_of(sk) : NULL;
+	const struct proto_ops *orig = es_orig(sock);
+
+	if (es) {
+		struct kiwarp_modify_qp m = { .action = KIWARP_MODIFY_CLOSE };
+		long timeo = sock_flag(sk, SOCK_LINGER) ? sk->sk_lingertime :
+			     ES_CLOSE_TIMEOUT;
+
+		mutex_lock(&es->lock);
+		if (es->state == ES_RUN) {
+			es_process(es);
+			if (es->rs.readable || !timeo) {
+				es_fail(es, ECONNRESET);
+			} else if (!es->err) {
+				es->rd_shut = true;
+				es->wr_shut = true;
+				es_send_ctrl(es);
+				m.qp = es->qp_handle;
+				kw_qp_modify(es->ctx, &m);
+			}
+			/* the QP reaches ERROR when it is done */
+			mutex_unlock(&es->lock);
+			wait_event_timeout(*sk_sleep(sk),
+					   READ_ONCE(es->qp->state) ==
+					   KIWARP_QPS_ERROR, timeo);
+			mutex_lock(&es->lock);
+			if (READ_ONCE(es->qp->state) != KIWARP_QPS_ERROR)
+				sock_no_linger(sk);
+		}
+		es->state = ES_DEAD;
+		es->err = es->err ?: EBADF;
+		es_teardown(es);
+		mutex_unlock(&es->lock);
+	}
+	return orig->release(sock);
+}
+
+static void es_build_ops(struct es_ops *o, const struct proto_ops *orig)
+{
+	struct proto_ops *r = &o->run;
+
+	o->attached = *orig;
+	o->attached.owner = THIS_MODULE;
+	o->attached.setsockopt = es_setsockopt;
+	o->attached.getsockopt = es_getsockopt;
+
+	*r = o->attached;
+	r->release = es_release;
+	r->connect = es_connect;
+	r->listen = es_listen;
+	r->accept = es_accept;
+	r->shutdown = es_shutdown;
+	r->sendmsg = es_sendmsg;
+	r->recvmsg = es_recvmsg;
+	r->poll = es_poll;
+	r->ioctl = es_ioctl;
+	r->mmap = es_mmap;
+#ifdef KW_HAVE_SENDPAGE_OP
+	r->sendpage = sock_no_sendpage;	/* through es_sendmsg */
+	r->sendpage_locked = NULL;
+#endif
+#ifdef KW_HAVE_SPLICE_EOF
+	r->splice_eof = NULL;
+#endif
+	r->splice_read = es_splice_read;
+	r->sendmsg_locked = NULL;
+	r->read_sock = NULL;
+	r->set_rcvlowat = NULL;
+	r->set_peek_off = NULL;
+	r->peek_len = NULL;
+	o->orig = orig;
+}
+
+/* ---------------------------------------------------------------- ULP */
+
+static struct kw_es *es_new(struct sock *sk, gfp_t gfp)
+{
+	struct kw_es *es = kzalloc(sizeof(*es), gfp);
+
+	if (!es)
+		return NULL;
+	es->sk = sk;
+	mutex_init(&es->lock);
+	es->state = ES_ATTACHED;
+	return es;
+}
+
+/*
+ * setsockopt(TCP_ULP, "kiwarp"), socket locked: a plain TCP socket of a
+ * user fd, not yet closing. Its ops become our attached copy.
+ */
+static int es_ulp_init(struct sock *sk)
+{
+	struct socket *sock = sk->sk_socket;
+	const struct proto_ops *orig;
+	struct es_ops *o;
+	struct kw_es *es;
+	int ret = 0;
+
+	if (!sock || !sock->file || sk->sk_type != SOCK_STREAM ||
+	    sk->sk_protocol != IPPROTO_TCP)
+		return -EINVAL;
+	if (sk->sk_state != TCP_ESTABLISHED && sk->sk_state != TCP_LISTEN &&
+	    sk->sk_state != TCP_CLOSE)
+		return -ENOTCONN;
+	orig = sock->ops;
+	if (orig->family != sk->sk_family || !orig->getsockopt ||
+	    (sk->sk_family == AF_INET && orig != &inet_stream_ops))
+		return -EOPNOTSUPP;
+#ifdef KW_HAVE_GETSOCKOPT_ITER
+	if (orig->getsockopt_iter)
+		return -EOPNOTSUPP;
+#endif
+	o = es_ops_of(sk);
+	mutex_lock(&es_ops_lock);
+	if (!o->orig)
+		es_build_ops(o, orig);
+	else if (o->orig != orig)
+		ret = -EOPNOTSUPP;
+	mutex_unlock(&es_ops_lock);
+	if (ret)
+		return ret;
+	es = es_new(sk, GFP_KERNEL_ACCOUNT);
+	if (!es)
+		return -ENOMEM;
+	inet_csk(sk)->icsk_ulp_data = es;
+	__module_get(THIS_MODULE);	/* the ops' owner: sock_release() */
+	WRITE_ONCE(sock->ops, &o->attached);
+	return 0;
+}
+
+/* A connection accepted on a listener with the ULP: passive by default.
+ * Without memory the child stays plain TCP with the attached ops, which
+ * then refuse IWARP_MODE (-ENOMEM). */
+static void es_ulp_clone(const struct request_sock *req, struct sock *newsk,
+			 const gfp_t priority)
+{
+	struct kw_es *es = es_new(newsk, priority);
+
+	if (es)
+		es->passive = true;
+	inet_csk(newsk)->icsk_ulp_data = es;
+	__module_get(THIS_MODULE);	/* tcp_cleanup_ulp() puts one */
+}
+
+/* The socket is being destroyed: es_release() already tore down. */
+static void es_ulp_release(struct sock *sk)
+{
+	struct kw_es *es = es_of(sk);
+
+	if (!es)
+		return;
+	WARN_ON_ONCE(es->ctx);
+	inet_csk(sk)->icsk_ulp_data = NULL;
+	mutex_destroy(&es->lock);
+	kfree(es);
+}
+
+static struct tcp_ulp_ops es_ulp_ops __read_mostly = {
+	.name = KIWARP_ULP_NAME,
+	.owner = THIS_MODULE,
+	.init = es_ulp_init,
+	.release = es_ulp_release,
+	.clone = es_ulp_clone,
+};
+
+int kw_es_init(void)
+{
+	return tcp_register_ulp(&es_ulp_ops);
+}
+
+void kw_es_exit(void)
+{
+	tcp_unregister_ulp(&es_ulp_ops);
+}

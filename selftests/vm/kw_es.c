@@ -1,0 +1,557 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Extended sockets (issue 9): a connected TCP socket switched to
+ * IWARP_MODE keeps its fd and its byte-stream semantics, and its bytes go
+ * over iWARP (rsockets' stream protocol) -- kiwarp on both ends here.
+ * Every test compares bytes, errno values and IWARP_INFO counters.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <linux/kiwarp.h>
+
+#include "kw_vmtest.h"
+#include "../unit/harness.h"
+
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+static int ulp(int fd)
+{
+	return setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
+			  sizeof(KIWARP_ULP_NAME) - 1) ? -errno : 0;
+}
+
+static int set_mode(int fd, int mode)
+{
+	return setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)) ?
+	       -errno : 0;
+}
+
+static int info(int fd, struct iwarp_info *i)
+{
+	socklen_t len = sizeof(*i);
+
+	memset(i, 0, sizeof(*i));
+	return getsockopt(fd, SOL_IWARP, IWARP_INFO, i, &len) ? -errno : 0;
+}
+
+struct sw {
+	int fd, mode, ret;
+	pthread_t t;
+};
+
+static void *switch_thread(void *arg)
+{
+	struct sw *s = arg;
+
+	s->ret = set_mode(s->fd, s->mode);
+	return NULL;
+}
+
+/* Switch both ends of a connection at once: 0 or the first error. */
+static int switch_both(int c, int s, int cmode, int smode, int *rc, int *rs)
+{
+	struct sw a = { .fd = s, .mode = smode };
+	int r;
+
+	pthread_create(&a.t, NULL, switch_thread, &a);
+	r = set_mode(c, cmode);
+	pthread_join(a.t, NULL);
+	if (rc)
+		*rc = r;
+	if (rs)
+		*rs = a.ret;
+	return r ? r : a.ret;
+}
+
+/* A connected pair with the ULP on both, switched (client ACTIVE). */
+static int es_pair(int *c, int *s)
+{
+	int r = tcp_pair(c, s);
+
+	if (!r)
+		r = ulp(*c);
+	if (!r)
+		r = ulp(*s);
+	if (!r)
+		r = switch_both(*c, *s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
+				NULL, NULL);
+	return r;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		seed = seed * 1103515245 + 12345;
+		p[i] = seed >> 16;
+	}
+}
+
+struct xfer {
+	int fd;
+	const uint8_t *buf;
+	size_t len, chunk;
+	int ret;
+	pthread_t t;
+};
+
+static void *writer(void *arg)
+{
+	struct xfer *x = arg;
+	size_t off = 0;
+
+	while (off < x->len) {
+		size_t n = x->len - off < x->chunk ? x->len - off : x->chunk;
+		ssize_t w = send(x->fd, x->buf + off, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			x->ret = w < 0 ? -errno : -EPIPE;
+			return NULL;
+		}
+		off += w;
+	}
+	return NULL;
+}
+
+/* Send len bytes from c in chunks while s reads them in other chunks;
+ * the bytes must arrive intact and in order. */
+static int stream(int c, int s, size_t len, size_t wchunk, size_t rchunk)
+{
+	uint8_t *src = malloc(len), *dst = malloc(len);
+	struct xfer x = { .fd = c, .buf = src, .len = len, .chunk = wchunk };
+	size_t got = 0;
+	int ret = 0;
+
+	fill(src, len, len ^ wchunk);
+	memset(dst, 0, len);
+	pthread_create(&x.t, NULL, writer, &x);
+	while (got < len) {
+		size_t n = len - got < rchunk ? len - got : rchunk;
+		int r = readn(s, dst + got, n, 10000);
+
+		if (r) {
+			ret = r;
+			break;
+		}
+		got += n;
+	}
+	pthread_join(x.t, NULL);
+	if (!ret)
+		ret = x.ret;
+	if (!ret && memcmp(src, dst, len))
+		ret = -EILSEQ;
+	free(src);
+	free(dst);
+	return ret;
+}
+
+TEST(switch_and_info)
+{
+	struct iwarp_info ic, is;
+	int c, s, on;
+	socklen_t len = sizeof(on);
+
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	/* no ULP: SOL_IWARP is not this socket's level */
+	on = IWARP_MODE_AUTO;
+	EXPECT_EQ(setsockopt(c, SOL_IWARP, IWARP_MODE, &on, sizeof(on)), -1);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	EXPECT_EQ(ulp(c), -EEXIST);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.state, IWARP_STATE_TCP);
+	/* still plain TCP */
+	ASSERT_EQ(writen(c, "tcp", 3), 0);
+	{
+		char b[3];
+
+		ASSERT_EQ(readn(s, b, 3, 2000), 0);
+		EXPECT_MEMEQ(b, "tcp", 3);
+	}
+	EXPECT_EQ(set_mode(c, 0), -EINVAL);
+	EXPECT_EQ(set_mode(c, 4), -EINVAL);
+	ASSERT_EQ(switch_both(c, s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
+			      NULL, NULL), 0);
+	ASSERT_EQ(getsockopt(c, SOL_IWARP, IWARP_MODE, &on, &len), 0);
+	EXPECT_EQ(on, 1);
+	EXPECT_EQ(set_mode(c, IWARP_MODE_ACTIVE), -EISCONN);
+	ASSERT_EQ(info(c, &ic), 0);
+	ASSERT_EQ(info(s, &is), 0);
+	EXPECT_EQ(ic.state, IWARP_STATE_RUN);
+	EXPECT_EQ(is.state, IWARP_STATE_RUN);
+	EXPECT_EQ(ic.mpa_rev, 2);
+	EXPECT_EQ(ic.crc, 1);		/* RFC 5044: CRC by default */
+	EXPECT_GE(ic.rbuf_size, 16384);
+	ASSERT_EQ(writen(c, "hello, iwarp", 12), 0);
+	{
+		char b[12];
+
+		ASSERT_EQ(readn(s, b, 12, 5000), 0);
+		EXPECT_MEMEQ(b, "hello, iwarp", 12);
+	}
+	ASSERT_EQ(info(c, &ic), 0);
+	ASSERT_EQ(info(s, &is), 0);
+	EXPECT_EQ(ic.tx_bytes, 12);
+	EXPECT_EQ(is.rx_bytes, 12);
+	/* no TCP-level zerocopy receive under the stream */
+	close(c);
+	close(s);
+}
+
+TEST(bytes_both_ways_many_sizes)
+{
+	static const size_t sizes[] = { 1, 2, 63, 4096, 65535, 65536, 65537,
+					300000, 1 << 20, 3 << 20 };
+	int c, s;
+	size_t i;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t wc = 1 + (sizes[i] * 7919) % 200000;
+		size_t rc = 1 + (sizes[i] * 104729) % 150000;
+
+		note("%zu bytes, writes of %zu, reads of %zu", sizes[i], wc, rc);
+		EXPECT_EQ(stream(c, s, sizes[i], wc, rc), 0);
+		EXPECT_EQ(stream(s, c, sizes[i], rc, wc), 0);
+	}
+	close(c);
+	close(s);
+}
+
+/* A reader that does not read stops the writer (flow control), and
+ * nothing is lost when it reads again. */
+TEST(slow_reader_flow_control)
+{
+	size_t len = 2 << 20, got = 0;
+	uint8_t *src = malloc(len), *dst = malloc(len);
+	struct iwarp_info i;
+	int c, s, fl;
+	ssize_t w, total = 0;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	fill(src, len, 7);
+	fl = fcntl(c, F_GETFL);
+	ASSERT_EQ(fcntl(c, F_SETFL, fl | O_NONBLOCK), 0);
+	/* non-blocking: takes what fits, then EAGAIN */
+	for (;;) {
+		w = send(c, src + total, len - total, 0);
+		if (w < 0)
+			break;
+		total += w;
+	}
+	EXPECT_EQ(errno, EAGAIN);
+	ASSERT_EQ(info(s, &i), 0);
+	note("writer stopped after %zd bytes (rbuf %u, sbuf %u)", total,
+	     i.rbuf_size, i.sbuf_size);
+	EXPECT_GT(total, 0);
+	EXPECT_LE((size_t)total, (size_t)i.rbuf_size + i.sbuf_size);
+	ASSERT_EQ(fcntl(c, F_SETFL, fl), 0);
+	{
+		struct xfer x = { .fd = c, .buf = src + total,
+				  .len = len - total, .chunk = 100000 };
+
+		pthread_create(&x.t, NULL, writer, &x);
+		while (got < len) {
+			size_t n = len - got < 77777 ? len - got : 77777;
+
+			if (readn(s, dst + got, n, 10000))
+				break;
+			got += n;
+		}
+		pthread_join(x.t, NULL);
+		EXPECT_EQ(x.ret, 0);
+	}
+	EXPECT_EQ(got, len);
+	EXPECT_MEMEQ(src, dst, len);
+	close(c);
+	close(s);
+	free(src);
+	free(dst);
+}
+
+TEST(nonblocking_read_peek_fionread)
+{
+	char b[8];
+	int c, s, n = -1;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	EXPECT_EQ(recv(s, b, sizeof(b), MSG_DONTWAIT), -1);
+	EXPECT_EQ(errno, EAGAIN);
+	ASSERT_EQ(writen(c, "abcdef", 6), 0);
+	{
+		struct pollfd p = { .fd = s, .events = POLLIN };
+
+		ASSERT_EQ(poll(&p, 1, 5000), 1);
+		EXPECT_TRUE(p.revents & POLLIN);
+	}
+	EXPECT_EQ(ioctl(s, FIONREAD, &n), 0);
+	EXPECT_EQ(n, 6);
+	EXPECT_EQ(recv(s, b, 3, MSG_PEEK), 3);
+	EXPECT_MEMEQ(b, "abc", 3);
+	EXPECT_EQ(recv(s, b, 4, 0), 4);
+	EXPECT_MEMEQ(b, "abcd", 4);
+	EXPECT_EQ(recv(s, b, sizeof(b), MSG_WAITALL | MSG_DONTWAIT), 2);
+	EXPECT_MEMEQ(b, "ef", 2);
+	close(c);
+	close(s);
+}
+
+TEST(rcvtimeo_and_waitall)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 300000 };
+	char b[10];
+	double t0;
+	int c, s;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	t0 = now();
+	EXPECT_EQ(recv(s, b, sizeof(b), 0), -1);
+	EXPECT_EQ(errno, EAGAIN);
+	EXPECT_GE(now() - t0, 0.25);
+	tv.tv_sec = 5;
+	ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	ASSERT_EQ(writen(c, "12345", 5), 0);
+	ASSERT_EQ(writen(c, "67890", 5), 0);
+	EXPECT_EQ(recv(s, b, 10, MSG_WAITALL), 10);
+	EXPECT_MEMEQ(b, "1234567890", 10);
+	close(c);
+	close(s);
+}
+
+TEST(epoll_edge_triggered)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLET }, out;
+	int c, s, ep, n, i;
+	char b[64];
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ep = epoll_create1(0);
+	ev.data.fd = s;
+	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev), 0);
+	n = epoll_wait(ep, &out, 1, 2000);
+	ASSERT_EQ(n, 1);
+	EXPECT_TRUE(out.events & EPOLLOUT);
+	EXPECT_FALSE(out.events & EPOLLIN);
+	for (i = 0; i < 20; i++) {
+		ASSERT_EQ(writen(c, "x", 1), 0);
+		n = epoll_wait(ep, &out, 1, 5000);
+		ASSERT_EQ(n, 1);
+		EXPECT_TRUE(out.events & EPOLLIN);
+		EXPECT_EQ(recv(s, b, sizeof(b), MSG_DONTWAIT), 1);
+	}
+	close(ep);
+	close(c);
+	close(s);
+}
+
+TEST(shutdown_write_is_eof_then_other_direction)
+{
+	char b[16];
+	int c, s;
+	struct pollfd p;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(writen(c, "last", 4), 0);
+	ASSERT_EQ(shutdown(c, SHUT_WR), 0);
+	ASSERT_EQ(readn(s, b, 4, 5000), 0);
+	EXPECT_MEMEQ(b, "last", 4);
+	p = (struct pollfd){ .fd = s, .events = POLLIN | POLLRDHUP };
+	ASSERT_EQ(poll(&p, 1, 5000), 1);
+	EXPECT_TRUE(p.revents & POLLRDHUP);
+	EXPECT_EQ(recv(s, b, sizeof(b), 0), 0);		/* EOF */
+	EXPECT_EQ(send(c, "x", 1, MSG_NOSIGNAL), -1);	/* we shut it */
+	EXPECT_EQ(errno, EPIPE);
+	/* the other direction still works */
+	ASSERT_EQ(writen(s, "reply", 5), 0);
+	ASSERT_EQ(readn(c, b, 5, 5000), 0);
+	EXPECT_MEMEQ(b, "reply", 5);
+	close(s);
+	EXPECT_EQ(readn(c, b, 1, 5000), -ECONNRESET);	/* EOF */
+	close(c);
+}
+
+TEST(peer_close_gives_eof_and_epipe)
+{
+	char b[4];
+	int c, s, r;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(writen(c, "bye!", 4), 0);
+	close(c);
+	ASSERT_EQ(readn(s, b, 4, 5000), 0);		/* data before EOF */
+	EXPECT_MEMEQ(b, "bye!", 4);
+	EXPECT_EQ(recv(s, b, 4, 0), 0);
+	signal(SIGPIPE, SIG_IGN);
+	r = send(s, "x", 1, 0);
+	EXPECT_EQ(r, -1);
+	EXPECT_TRUE(errno == EPIPE || errno == ECONNRESET);
+	close(s);
+}
+
+/* An unmodified reader that forks: the fd is still a socket. */
+TEST(fork_inherits_the_stream)
+{
+	char b[6];
+	int c, s, st;
+	pid_t pid;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	pid = fork();
+	if (pid == 0) {
+		_exit(writen(c, "child!", 6) ? 1 : 0);
+	}
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ASSERT_EQ(readn(s, b, 6, 5000), 0);
+	EXPECT_MEMEQ(b, "child!", 6);
+	close(c);
+	close(s);
+}
+
+/* Accepted from a listener with the ULP: AUTO makes it the responder. */
+TEST(listener_ulp_auto_roles)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	struct iwarp_info i;
+	int l, c, s;
+	char b[2];
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_EQ(bind(l, (void *)&a, len), 0);
+	ASSERT_EQ(listen(l, 4), 0);
+	ASSERT_EQ(ulp(l), 0);
+	ASSERT_EQ(getsockname(l, (void *)&a, &len), 0);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_EQ(connect(c, (void *)&a, len), 0);
+	s = accept(l, NULL, NULL);
+	ASSERT_GE(s, 0);
+	ASSERT_EQ(info(s, &i), 0);
+	EXPECT_EQ(i.passive, 1);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(switch_both(c, s, IWARP_MODE_AUTO, IWARP_MODE_AUTO, NULL,
+			      NULL), 0);
+	ASSERT_EQ(writen(s, "ok", 2), 0);
+	ASSERT_EQ(readn(c, b, 2, 5000), 0);
+	EXPECT_MEMEQ(b, "ok", 2);
+	close(c);
+	close(s);
+	close(l);
+}
+
+/* Only one side switches and the peer sends plain bytes: the switching
+ * side fails with an error in bounded time, the peer sees it closed. */
+TEST(peer_stays_plain_tcp)
+{
+	char junk[64], b[256];
+	double t0;
+	int c, s, r;
+
+	memset(junk, 'A', sizeof(junk));
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(writen(s, junk, sizeof(junk)), 0);
+	t0 = now();
+	r = set_mode(c, IWARP_MODE_ACTIVE);
+	note("switch against a plain TCP peer: %d (%s) after %.2f s", r,
+	     strerror(-r), now() - t0);
+	EXPECT_NE(r, 0);
+	EXPECT_LT(now() - t0, 12.0);
+	/* the peer gets EOF or a reset after whatever we sent */
+	for (;;) {
+		ssize_t n = read(s, b, sizeof(b));
+
+		if (n <= 0) {
+			EXPECT_TRUE(n == 0 || errno == ECONNRESET);
+			break;
+		}
+	}
+	EXPECT_EQ(send(c, "x", 1, MSG_NOSIGNAL), -1);
+	close(c);
+	close(s);
+}
+
+/* A responder whose peer never speaks: ETIMEDOUT, not a hang. */
+TEST(responder_times_out)
+{
+	double t0;
+	int c, s, r;
+
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(s), 0);
+	t0 = now();
+	r = set_mode(s, IWARP_MODE_PASSIVE);
+	EXPECT_EQ(r, -ETIMEDOUT);
+	EXPECT_LT(now() - t0, 12.0);
+	close(c);
+	close(s);
+}
+
+/* close() with unread data resets the connection, as TCP does. */
+TEST(close_with_unread_data_resets)
+{
+	char b[4];
+	int c, s;
+	ssize_t r;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(writen(c, "unread", 6), 0);
+	usleep(200000);
+	close(s);
+	usleep(200000);
+	r = recv(c, b, sizeof(b), 0);
+	EXPECT_TRUE(r == 0 || (r < 0 && errno == ECONNRESET));
+	r = send(c, "x", 1, MSG_NOSIGNAL);
+	EXPECT_EQ(r, -1);
+	close(c);
+}
+
+/* Memory for the buffers is charged to RLIMIT_MEMLOCK and given back. */
+TEST(memlock_charged_and_returned)
+{
+	struct rlimit rl = { 64 << 10, 64 << 10 };
+	int c, s, r;
+
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	/* as nobody, CAP_IPC_LOCK does not lift the limit */
+	ASSERT_EQ(setuid(65534), 0);
+	r = set_mode(c, IWARP_MODE_ACTIVE);
+	EXPECT_EQ(r, -ENOMEM);
+	close(c);
+	close(s);
+}
+
+TEST(many_pairs_open_and_close)
+{
+	int c[8], s[8], i;
+
+	for (i = 0; i < 8; i++)
+		ASSERT_EQ(es_pair(&c[i], &s[i]), 0);
+	for (i = 0; i < 8; i++) {
+		char b[1];
+
+		ASSERT_EQ(writen(c[i], "z", 1), 0);
+		ASSERT_EQ(readn(s[i], b, 1, 5000), 0);
+	}
+	for (i = 0; i < 8; i++) {
+		close(c[i]);
+		close(s[i]);
+	}
+}
