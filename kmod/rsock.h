@@ -2,7 +2,7 @@
 /*
  * The rsockets stream protocol (rdma-core's librdmacm), as it runs over
  * iWARP: sans-I/O state and codecs for kiwarp's extended sockets (es.c).
- * Documentation/rsockets-protocol.md describes the protocol; this is the
+ * Documentation/extended-sockets.md describes the protocol; this is the
  * part of it that is plain arithmetic over buffers, so that it builds in
  * Kbuild and in user space (selftests/unit/test_rsock.c).
  *

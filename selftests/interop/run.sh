@@ -331,6 +331,79 @@ if group rping; then
 	done
 fi
 
+# 5. Extended sockets (issue 9): a plain TCP socket switched to IWARP_MODE
+# (es-peer) against rdma-core's rstream, rsockets on siw, in both roles,
+# every byte checked by both (-T v); rstream blocking (-T b) and in its
+# default non-blocking mode; then es-peer against itself.
+if group es; then
+	ESP=$top/selftests/interop/es-peer
+	if ! load_siw rev2-crc0-p2p0; then
+		nok "es: siw not loaded"
+	else
+		# SIZE:ITERS:COUNT[:nb] (rstream -S -I -C; nb: its default
+		# non-blocking mode instead of -T b)
+		if [ $QUICK = 1 ]; then
+			cells="16:20:1 65536:2:4"
+		else
+			cells="16:100:1 64:50:1 4095:10:10 65536:4:8 1048576:2:2"
+		fi
+		for role in client server; do
+			for cell in $cells "4096:10:10:nb"; do
+				IFS=: read -r size it cnt nb <<<"$cell"
+				mode=-Tb; [ "$nb" = nb ] && mode=
+				port=$((port + 1))
+				log=$RES/es-$role-$size-$port
+				lbl="es/kw-$role/rstream${mode:+ $mode}/-S $size -I $it -C $cnt -T v"
+				if [ $role = client ]; then
+					timeout 180 rstream -b $ADDR -p $port -S $size -I $it -C $cnt \
+						${mode:+-T b} -T v > $log.r 2>&1 &
+					rpid=$!
+					waitlisten $port
+					timeout 180 "$ESP" --client $ADDR --port $port \
+						--size $size --iters $it --count $cnt > $log.k 2>&1
+					krc=$?
+					wait $rpid
+					rrc=$?
+				else
+					timeout 180 "$ESP" --server $ADDR --port $port \
+						--size $size --iters $it --count $cnt > $log.k 2>&1 &
+					kpid=$!
+					waitlisten $port
+					timeout 180 rstream -s $ADDR -p $port -S $size -I $it -C $cnt \
+						${mode:+-T b} -T v > $log.r 2>&1
+					rrc=$?
+					wait $kpid
+					krc=$?
+				fi
+				if [ $krc = 0 ] && [ $rrc = 0 ] && grep -q '^es-peer: ok' $log.k &&
+				   grep -q '^custom' $log.r; then
+					ok "$lbl"
+					grep '^es-peer: ok' $log.k | sed 's/^/# /'
+				else
+					nok "$lbl: es-peer $krc, rstream $rrc"
+					sed 's/^/#   es-peer: /' $log.k | tail -n 5
+					sed 's/^/#   rstream: /' $log.r | tail -n 5
+				fi
+			done
+		done
+		port=$((port + 1))
+		log=$RES/es-kw-kw-$port
+		timeout 120 "$ESP" --server $ADDR --port $port --size 1048576 --iters 4 > $log.s 2>&1 &
+		kpid=$!
+		waitlisten $port
+		timeout 120 "$ESP" --client $ADDR --port $port --size 1048576 --iters 4 --nonblock > $log.c 2>&1
+		krc=$?
+		wait $kpid
+		ksrc=$?
+		if [ $krc = 0 ] && [ $ksrc = 0 ]; then
+			ok "es/kw-kw/-S 1048576 -I 4 (client non-blocking)"
+		else
+			nok "es/kw-kw: client $krc, server $ksrc"
+			tail -n 3 $log.c $log.s | sed 's/^/#   /'
+		fi
+	fi
+fi
+
 if [ -n "$cur_variant" ]; then
 	rdma link delete siw0 2>/dev/null
 	rmmod siw || nok "rmmod siw"

@@ -1985,8 +1985,20 @@ static void op_sock_oldfd(struct th *t)
 	fd = objs[i].fd;
 	how = rn(&t->r, 17);
 	if (how == 16) {	/* close the old fd: kiwarp keeps its ref */
+		/*
+		 * Closed with the table locked, once: a second close of the
+		 * number by a thread that picked the same socket could hit a
+		 * dev fd that took the number meanwhile, behind the table's
+		 * back (its objects then looked like another context's: a
+		 * false "ring mapped with wrong size" on 6.12).
+		 */
 		obj_kill(i);
 		objs[i].type = O_FREE;
+		begin(t, "oldfd(fd %d, how %d)", fd, how);
+		ret = close(fd);
+		unlock_tbl();
+		judge(t, ret < 0 ? -errno : 0, ~(emask)0);
+		return;
 	}
 	unlock_tbl();
 	set_nb(fd);
@@ -2066,8 +2078,6 @@ static void op_sock_oldfd(struct th *t)
 		v = 1;
 		ret = setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof(v));
 		break;
-	default:
-		ret = close(fd);
 	}
 	/* plain socket API: any errno is its business, only count it */
 	judge(t, ret < 0 ? -errno : 0, ~(emask)0);
