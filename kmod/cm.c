@@ -1404,6 +1404,41 @@ static void cm_krestore_timeouts(struct kw_qp *qp)
 	release_sock(sk);
 }
 
+/*
+ * Start a kernel consumer's MPA exchange: check its parameters, lock the
+ * QP and lend it the socket. Returns a frame buffer (kfree() it, after
+ * unlocking cm_lock) or an ERR_PTR with nothing held.
+ */
+static u8 *cm_kbegin(struct kw_qp *qp, struct socket *sock,
+		     const struct kw_cm_kparam *kp)
+{
+	u8 *buf;
+	int ret;
+
+	ret = param_check(&kp->param);
+	if (ret)
+		return ERR_PTR(ret);
+	if (kp->pd_len > KIWARP_MAX_PRIVATE_DATA)
+		return ERR_PTR(-EINVAL);
+	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
+	if (!buf)
+		return ERR_PTR(-ENOMEM);
+	ret = cm_klock(qp);
+	if (ret)
+		goto err_free;
+	ret = take_sock(qp, sock, NULL, GLOBAL_ROOT_UID, kp->tcp_ops);
+	if (ret)
+		goto err_unlock;
+	set_timeouts(sock, kp->timeout_ms);
+	return buf;
+
+err_unlock:
+	mutex_unlock(&qp->cm_lock);
+err_free:
+	kfree(buf);
+	return ERR_PTR(ret);
+}
+
 int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
 		   struct kw_cm_kparam *kp)
 {
@@ -1413,21 +1448,9 @@ int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
 	u8 *buf;
 	int ret, len;
 
-	ret = param_check(&kp->param);
-	if (ret)
-		return ret;
-	if (kp->pd_len > KIWARP_MAX_PRIVATE_DATA)
-		return -EINVAL;
-	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
-	if (!buf)
-		return -ENOMEM;
-	ret = cm_klock(qp);
-	if (ret)
-		goto out_free;
-	ret = take_sock(qp, sock, NULL, GLOBAL_ROOT_UID, kp->tcp_ops);
-	if (ret)
-		goto out_unlock;
-	set_timeouts(sock, kp->timeout_ms);
+	buf = cm_kbegin(qp, sock, kp);
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
 
 	cfg_from_param(&kp->param, &cfg);
 	kw_mpa_make_request(&cfg, &req);
@@ -1466,7 +1489,6 @@ out_fail:
 	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
-out_free:
 	kfree(buf);
 	return ret;
 }
@@ -1480,21 +1502,9 @@ int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
 	int ret, len, nego;
 	u8 *buf;
 
-	ret = param_check(&kp->param);
-	if (ret)
-		return ret;
-	if (kp->pd_len > KIWARP_MAX_PRIVATE_DATA)
-		return -EINVAL;
-	buf = kzalloc(KW_MPA_HDR_LEN + KW_MPA_MAX_PD, GFP_KERNEL);
-	if (!buf)
-		return -ENOMEM;
-	ret = cm_klock(qp);
-	if (ret)
-		goto out_free;
-	ret = take_sock(qp, sock, NULL, GLOBAL_ROOT_UID, kp->tcp_ops);
-	if (ret)
-		goto out_unlock;
-	set_timeouts(sock, kp->timeout_ms);
+	buf = cm_kbegin(qp, sock, kp);
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
 
 	ret = recv_mpa_frame(qp, false, req, qp->mpa_req_pd);
 	if (ret)
@@ -1546,7 +1556,6 @@ out_fail:
 	cm_fail(qp);
 out_unlock:
 	mutex_unlock(&qp->cm_lock);
-out_free:
 	kfree(buf);
 	return ret;
 }

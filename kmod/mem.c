@@ -349,6 +349,22 @@ static int mr_validate(const struct kiwarp_reg_mr *arg)
 	return 0;
 }
 
+/* A new MR, not yet published: access rights and TO range. */
+static struct kw_mr *mr_new(u32 access, u64 addr, u64 len)
+{
+	struct kw_mr *mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+
+	if (!mr)
+		return NULL;
+	kref_init(&mr->ref);
+	atomic_set(&mr->wr_refs, 0);
+	INIT_WORK(&mr->release_work, mr_release_work);
+	mr->access = access;
+	mr->addr = addr;
+	mr->len = len;
+	return mr;
+}
+
 /*
  * Enter an initialised mr in ctx's table and the STag table (which makes
  * it reachable by the peer), charging its PD. On failure nothing is
@@ -401,15 +417,9 @@ int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
 	if (!current->mm)
 		return -EFAULT;
 
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	mr = mr_new(arg->access, arg->addr, arg->length);
 	if (!mr)
 		return -ENOMEM;
-	kref_init(&mr->ref);
-	atomic_set(&mr->wr_refs, 0);
-	INIT_WORK(&mr->release_work, mr_release_work);
-	mr->access = arg->access;
-	mr->addr = arg->addr;
-	mr->len = arg->length;
 	mr->page_off = arg->addr & ~PAGE_MASK;
 	mr->npages = ((arg->addr + arg->length - 1) >> PAGE_SHIFT) -
 		     (arg->addr >> PAGE_SHIFT) + 1;
@@ -467,15 +477,9 @@ int kw_mr_reg_kernel(struct kw_ctx *ctx, struct kw_umem *u, unsigned long pg,
 	if (!npages || pg + npages < pg || pg + npages > kw_umem_npages(u) ||
 	    (to & ~PAGE_MASK) || arg->access & ~KIWARP_ACCESS_ALL)
 		return -EINVAL;
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	mr = mr_new(arg->access, to, (u64)npages << PAGE_SHIFT);
 	if (!mr)
 		return -ENOMEM;
-	kref_init(&mr->ref);
-	atomic_set(&mr->wr_refs, 0);
-	INIT_WORK(&mr->release_work, mr_release_work);
-	mr->access = arg->access;
-	mr->addr = to;
-	mr->len = (u64)npages << PAGE_SHIFT;
 	mr->npages = npages;
 	mr->pages = kvmalloc_array(npages, sizeof(*mr->pages),
 				   GFP_KERNEL_ACCOUNT);

@@ -222,6 +222,10 @@ TEST(bytes_both_ways_many_sizes)
 		size_t wc = 1 + (sizes[i] * 7919) % 200000;
 		size_t rc = 1 + (sizes[i] * 104729) % 150000;
 
+		/* odd sizes, but at most ~512 calls a stream (debug kernel) */
+		wc = wc < sizes[i] / 512 ? sizes[i] / 512 + 1 : wc;
+		rc = rc < sizes[i] / 512 ? sizes[i] / 512 + 1 : rc;
+
 		note("%zu bytes, writes of %zu, reads of %zu", sizes[i], wc, rc);
 		EXPECT_EQ(stream(c, s, sizes[i], wc, rc), 0);
 		EXPECT_EQ(stream(s, c, sizes[i], rc, wc), 0);
