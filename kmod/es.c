@@ -70,7 +70,9 @@ enum kw_es_state {
 #define ES_SQ_RESERVE		4
 #define ES_RQ_ENTRIES		64
 #define ES_RQ_CREDITS		48
-#define ES_CQ_ENTRIES		(ES_SQ_ENTRIES + ES_RQ_ENTRIES)
+/* every receive, every signaled send not yet taken, and a flush of every
+ * send slot (unsignaled Writes complete with a CQE when flushed) */
+#define ES_CQ_ENTRIES		(2 * ES_SQ_ENTRIES + ES_RQ_ENTRIES)
 #define ES_SLOT_LEN		16	/* one SGE or one message */
 #define ES_BUF_DEFAULT		(128 * 1024)
 #define ES_BUF_MIN		(16 * 1024)
@@ -110,14 +112,28 @@ struct kw_es {
 
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
-	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed */
+	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed (counts) */
+	u32 sb_off;		/* where the next bytes go, < sbuf_size */
+	u32 sq_cqes;		/* signaled send WRs whose CQE is not taken */
 	struct kiwarp_conn_param result;
 	u64 tx_bytes, rx_bytes;
 };
 
+static struct tcp_ulp_ops es_ulp_ops;
+
+/*
+ * Our state, only if the socket wears our ULP: a listener's child cloned
+ * while the listener was between init() setting icsk_ulp_data and TCP
+ * setting icsk_ulp_ops (listeners are cloned without their lock) holds a
+ * copy of the listener's pointer, which is freed with the listener.
+ */
 static struct kw_es *es_of(const struct sock *sk)
 {
-	return inet_csk(sk)->icsk_ulp_data;
+	const struct inet_connection_sock *icsk = inet_csk(sk);
+
+	if (READ_ONCE(icsk->icsk_ulp_ops) != &es_ulp_ops)
+		return NULL;
+	return (struct kw_es __force *)icsk->icsk_ulp_data;
 }
 
 /* --------------------------------------------------------- proto_ops */
@@ -170,12 +186,20 @@ static void es_notify(void *arg)
 
 /* ------------------------------------------------------------ posting */
 
+/*
+ * Send WRs that may be posted now: free ring slots, but also no more than
+ * ES_SQ_ENTRIES signaled ones whose CQE we have not taken (a WR's slot is
+ * free when it completes, its CQE only once we took it), so that the CQ
+ * never overflows (ES_CQ_ENTRIES).
+ */
 static u32 es_sq_free(struct kw_es *es)
 {
 	/* pairs with the store-release of cons when a WR completes */
 	u32 cons = smp_load_acquire(es->qp->sq.cons);
 
-	return es->qp->sq.entries - (es->sq_prod - cons);
+	BUILD_BUG_ON(ES_CQ_ENTRIES < 2 * ES_SQ_ENTRIES + ES_RQ_ENTRIES);
+	return min(es->qp->sq.entries - (es->sq_prod - cons),
+		   ES_SQ_ENTRIES - es->sq_cqes);
 }
 
 static struct kiwarp_wqe *es_sq_next(struct kw_es *es)
@@ -222,6 +246,7 @@ static void es_post_msg(struct kw_es *es, u32 msg, u64 wr_id)
 	w->wr_id = wr_id;
 	w->opcode = KIWARP_WR_SEND;
 	w->flags = KIWARP_WR_SIGNALED;
+	es->sq_cqes++;
 	w->num_sge = 1;
 	w->sge[0].addr = to;
 	w->sge[0].length = KW_RS_MSG_LEN;
@@ -341,6 +366,8 @@ static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 	es_post_recv(es);
 }
 
+static void es_send_ctrl(struct kw_es *es);
+
 /* Take every completion there is; true if any. es->lock held. */
 static bool es_process(struct kw_es *es)
 {
@@ -352,6 +379,8 @@ static bool es_process(struct kw_es *es)
 		return false;
 	while (kw_cq_poll_kernel(es->cq, &cqe)) {
 		any = true;
+		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))
+			es->sq_cqes--;	/* ours all carry a kind */
 		if (cqe.status != KIWARP_WC_SUCCESS) {
 			/* a flush after the peer's DISCONNECT is its close */
 			es_fail(es, es->peer_gone ? EPIPE : ECONNRESET);
@@ -364,8 +393,10 @@ static bool es_process(struct kw_es *es)
 			es->sb_tail += ES_WR_LEN(cqe.wr_id);
 		}
 	}
-	if (!es->err)
+	if (!es->err) {
 		es_credit(es);
+		es_send_ctrl(es);	/* one that found no room before */
+	}
 	if (any)
 		es->gen++;
 	return any;
@@ -424,6 +455,18 @@ static int es_lock(struct kw_es *es, bool nonblock)
 	return mutex_lock_interruptible(&es->lock);
 }
 
+/* poll() and ioctl(): not interruptible either (a poller whose poll()
+ * returned 0 for a signal could lose an edge); false while switching. */
+static bool es_lock_brief(struct kw_es *es)
+{
+	if (mutex_trylock(&es->lock))
+		return true;
+	if (READ_ONCE(es->state) == ES_STARTING)
+		return false;
+	mutex_lock(&es->lock);
+	return true;
+}
+
 /* ---------------------------------------------------------------- send */
 
 /*
@@ -480,7 +523,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			if (es_sq_free(es) < 2 + ES_SQ_RESERVE)
 				break;
 			room = es_tx_room(es, &dst);
-			off = es->sb_head % es->sbuf_size;
+			off = es->sb_off;
 			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
 				 es->sbuf_size - off);
 			n = min_t(size_t, n, len - copied);
@@ -494,6 +537,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
 				    ES_WR_DATA | n);
 			es->sb_head += n;
+			es->sb_off = off + n == es->sbuf_size ? 0 : off + n;
 			es->tx_bytes += n;
 			copied += n;
 			if (es_doorbell(es)) {
@@ -563,6 +607,11 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 			break;
 		gen0 = es->gen;
 		es_process(es);
+		if (peek && es->rs.readable < copied) {
+			/* another reader took what we peeked at: stop */
+			es_unlock(es, gen0);
+			break;
+		}
 		n = min_t(size_t, len - copied,
 			  es->rs.readable - (peek ? copied : 0));
 		if (n && !es->rd_shut) {
@@ -610,7 +659,7 @@ static __poll_t es_poll(struct file *file, struct socket *sock,
 
 	sock_poll_wait(file, sock, wait);
 	/* switching: nothing to report until the holder wakes us */
-	if (es_lock(es, true))
+	if (!es_lock_brief(es))
 		return 0;
 	gen0 = es->gen;
 	es_process(es);
@@ -655,10 +704,8 @@ static void es_send_ctrl(struct kw_es *es)
 	if (es->state != ES_RUN || es->err || es->disc_sent ||
 	    (es->ctrl_sent && !disc) || !es->wr_shut)
 		return;
-	if (es_sq_free(es) < 1) {
-		es_fail(es, ECONNRESET);
-		return;
-	}
+	if (es_sq_free(es) < 1)
+		return;		/* es_process() posts it once there is room */
 	es_post_msg(es, KW_RS_MSG(KW_RS_OP_CTRL, disc ? KW_RS_CTRL_DISCONNECT :
 				  KW_RS_CTRL_SHUTDOWN), ES_WR_CTRL);
 	es->ctrl_sent = true;
@@ -952,7 +999,7 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return es_orig(sock)->setsockopt(sock, level, optname, optval,
 						 optlen);
 	if (!es)
-		return -ENOMEM;	/* a clone that could not allocate */
+		return -ENOPROTOOPT;	/* no ULP (or a clone without memory) */
 	if (optname != IWARP_MODE)
 		return -ENOPROTOOPT;
 	if (optlen < sizeof(int))
@@ -989,7 +1036,7 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 						 optlen);
 	}
 	if (!es)
-		return -ENOMEM;
+		return -ENOPROTOOPT;
 	if (get_user(len, optlen))
 		return -EFAULT;
 	if (len < 0)
@@ -1026,14 +1073,11 @@ static int es_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 
 	switch (cmd) {
 	case SIOCINQ:	/* FIONREAD: bytes a read() would return now */
-		mutex_lock(&es->lock);
-		es_process(es);
-		n = es->rs.readable;
-		mutex_unlock(&es->lock);
-		return put_user(n, (int __user *)arg);
 	case SIOCOUTQ:	/* bytes written, not yet completed */
-		mutex_lock(&es->lock);
-		n = es->sb_head - es->sb_tail;
+		if (!es_lock_brief(es))
+			return -EAGAIN;
+		es_process(es);
+		n = cmd == SIOCINQ ? es->rs.readable : es->sb_head - es->sb_tail;
 		mutex_unlock(&es->lock);
 		return put_user(n, (int __user *)arg);
 	case SIOCATMARK:
@@ -1074,49 +1118,71 @@ static ssize_t es_splice_read(struct socket *sock, loff_t *ppos,
 }
 
 /*
- * close(): an orderly end. DISCONNECT to the peer, then the QP closes
- * once what was written went out (kiwarp sends a FIN after the SQ
- * drained), at most ES_CLOSE_TIMEOUT (or SO_LINGER's time): then, or with
- * data unread (as TCP does), the connection is reset. Only then is the
- * socket, which the QP borrowed, released.
+ * close(): an orderly end. DISCONNECT to the peer (once the SQ has room
+ * for it), then the QP closes once what was written went out (kiwarp sends
+ * a FIN after the SQ drained). We wait for that at most ES_CLOSE_TIMEOUT
+ * (or SO_LINGER's time), interruptibly, and not at all in a kernel thread
+ * (a file released by the unix garbage collector): then, or with data
+ * unread (as TCP does), the connection is reset. Only then is the socket,
+ * which the QP borrowed, released.
  */
 static int es_release(struct socket *sock)
 {
 	struct sock *sk = sock->sk;
 	struct kw_es *es = sk ? es_of(sk) : NULL;
 	const struct proto_ops *orig = es_orig(sock);
+	struct kiwarp_modify_qp m = { .action = KIWARP_MODIFY_CLOSE };
+	unsigned long deadline;
+	long timeo;
+	u32 gen;
 
-	if (es) {
-		struct kiwarp_modify_qp m = { .action = KIWARP_MODIFY_CLOSE };
-		long timeo = sock_flag(sk, SOCK_LINGER) ? sk->sk_lingertime :
-			     ES_CLOSE_TIMEOUT;
+	if (!es)
+		return orig->release(sock);
+	timeo = sock_flag(sk, SOCK_LINGER) ? sk->sk_lingertime :
+		ES_CLOSE_TIMEOUT;
+	if (current->flags & PF_KTHREAD)
+		timeo = 0;
+	deadline = jiffies + min_t(long, timeo, MAX_SCHEDULE_TIMEOUT / 2);
 
-		mutex_lock(&es->lock);
-		if (es->state == ES_RUN) {
-			es_process(es);
-			if (es->rs.readable || !timeo) {
-				es_fail(es, ECONNRESET);
-			} else if (!es->err) {
-				es->rd_shut = true;
-				es->wr_shut = true;
-				es_send_ctrl(es);
-				m.qp = es->qp_handle;
-				kw_qp_modify(es->ctx, &m);
-			}
-			/* the QP reaches ERROR when it is done */
+	mutex_lock(&es->lock);
+	if (es->state == ES_RUN) {
+		es_process(es);
+		if (es->rs.readable || !timeo)
+			es_fail(es, ECONNRESET);
+		es->rd_shut = true;
+		es->wr_shut = true;
+		/* DISCONNECT, waiting for SQ room if need be */
+		while (!es->err && !es->disc_sent) {
+			es_send_ctrl(es);
+			if (es->disc_sent)
+				break;
+			gen = es->gen;
 			mutex_unlock(&es->lock);
-			wait_event_timeout(*sk_sleep(sk),
-					   READ_ONCE(es->qp->state) ==
-					   KIWARP_QPS_ERROR, timeo);
+			timeo = es_wait(es, gen, (long)(deadline - jiffies) > 0 ?
+					deadline - jiffies : 0);
 			mutex_lock(&es->lock);
-			if (READ_ONCE(es->qp->state) != KIWARP_QPS_ERROR)
-				sock_no_linger(sk);
+			es_process(es);
+			if (timeo < 0)
+				break;
 		}
-		es->state = ES_DEAD;
-		es->err = es->err ?: EBADF;
-		es_teardown(es);
+		if (es->disc_sent && !es->err) {
+			m.qp = es->qp_handle;
+			kw_qp_modify(es->ctx, &m);
+		}
+		/* the QP reaches ERROR when it is done (its flush wakes us) */
 		mutex_unlock(&es->lock);
+		if ((long)(deadline - jiffies) > 0)
+			wait_event_interruptible_timeout(*sk_sleep(sk),
+				READ_ONCE(es->qp->state) == KIWARP_QPS_ERROR,
+				deadline - jiffies);
+		mutex_lock(&es->lock);
+		if (READ_ONCE(es->qp->state) != KIWARP_QPS_ERROR)
+			sock_no_linger(sk);	/* not done: reset */
 	}
+	es->state = ES_DEAD;
+	es->err = es->err ?: EBADF;
+	es_teardown(es);
+	mutex_unlock(&es->lock);
 	return orig->release(sock);
 }
 
@@ -1208,7 +1274,7 @@ static int es_ulp_init(struct sock *sk)
 	es = es_new(sk, GFP_KERNEL_ACCOUNT);
 	if (!es)
 		return -ENOMEM;
-	inet_csk(sk)->icsk_ulp_data = es;
+	rcu_assign_pointer(inet_csk(sk)->icsk_ulp_data, es);
 	__module_get(THIS_MODULE);	/* the ops' owner: sock_release() */
 	WRITE_ONCE(sock->ops, &o->attached);
 	return 0;
@@ -1224,7 +1290,7 @@ static void es_ulp_clone(const struct request_sock *req, struct sock *newsk,
 
 	if (es)
 		es->passive = true;
-	inet_csk(newsk)->icsk_ulp_data = es;
+	rcu_assign_pointer(inet_csk(newsk)->icsk_ulp_data, es);
 	__module_get(THIS_MODULE);	/* tcp_cleanup_ulp() puts one */
 }
 
@@ -1236,7 +1302,7 @@ static void es_ulp_release(struct sock *sk)
 	if (!es)
 		return;
 	WARN_ON_ONCE(es->ctx);
-	inet_csk(sk)->icsk_ulp_data = NULL;
+	RCU_INIT_POINTER(inet_csk(sk)->icsk_ulp_data, NULL);
 	mutex_destroy(&es->lock);
 	kfree(es);
 }

@@ -559,3 +559,104 @@ TEST(many_pairs_open_and_close)
 		close(s[i]);
 	}
 }
+
+/*
+ * close() with by-reference Writes still waiting for their ACK (a 20 ms
+ * delay on lo): it returns once they are out, not after its 5 s limit
+ * (close() once slept uninterruptibly, and nothing woke it), and the peer
+ * reads every byte, then the end of the stream.
+ */
+struct drain {
+	int fd;
+	uint8_t *buf;
+	size_t len, got;
+	ssize_t last;
+	pthread_t t;
+};
+
+static void *drainer(void *arg)
+{
+	struct drain *d = arg;
+
+	for (;;) {
+		d->last = read(d->fd, d->buf + d->got, d->len - d->got);
+		if (d->last <= 0 || d->got + d->last == d->len) {
+			if (d->last > 0) {
+				d->got += d->last;
+				d->last = read(d->fd, d->buf, 1); /* the end */
+			}
+			return NULL;
+		}
+		d->got += d->last;
+	}
+}
+
+TEST(close_with_writes_in_flight)
+{
+	size_t len = 1 << 20;
+	uint8_t *src = malloc(len), *dst = malloc(len);
+	struct drain d = { .buf = dst, .len = len };
+	double t0, dt;
+	int c, s;
+
+	ASSERT_EQ(system("tc qdisc add dev lo root netem delay 20ms"), 0);
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	fill(src, len, 99);
+	d.fd = s;
+	pthread_create(&d.t, NULL, drainer, &d);
+	EXPECT_EQ(writen(c, src, len), 0);
+	t0 = now();
+	close(c);		/* the last Writes are still in flight */
+	dt = now() - t0;
+	pthread_join(d.t, NULL);
+	note("close() with writes in flight took %.2f s; peer read %zu of %zu, then %zd",
+	     dt, d.got, len, d.last);
+	EXPECT_EQ(system("tc qdisc del dev lo root"), 0);
+	EXPECT_LT(dt, 4.0);
+	EXPECT_EQ(d.got, len);
+	EXPECT_EQ(d.last, 0);
+	EXPECT_MEMEQ(src, dst, len);
+	close(s);
+	free(src);
+	free(dst);
+}
+
+/* Two readers: a peek that waits for more must not return bytes the
+ * other reader took meanwhile (nor anything never sent). */
+static void *late_reader(void *arg)
+{
+	char b[64];
+	int fd = *(int *)arg;
+
+	usleep(200000);
+	(void)!recv(fd, b, sizeof(b), 0);
+	return NULL;
+}
+
+TEST(peek_waitall_with_a_second_reader)
+{
+	char b[100];
+	pthread_t t;
+	int c, s;
+	ssize_t r;
+
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	memset(b, 0, sizeof(b));
+	ASSERT_EQ(writen(c, "0123456789abcdefghij0123456789abcdefghij0123456789", 50), 0);
+	usleep(200000);
+	pthread_create(&t, NULL, late_reader, &s);
+	/* wants 100, 50 are there; the other reader takes them */
+	{
+		struct timeval tv = { .tv_sec = 2 };
+
+		setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
+	r = recv(s, b, sizeof(b), MSG_PEEK | MSG_WAITALL);
+	pthread_join(t, NULL);
+	note("peek returned %zd", r);
+	EXPECT_LE(r, 50);
+	if (r > 0)
+		EXPECT_MEMEQ(b, "0123456789abcdefghij0123456789abcdefghij0123456789", r);
+	close(c);
+	close(s);
+}
