@@ -919,8 +919,9 @@ static int es_switch(struct kw_es *es, struct socket *sock, int mode)
 		return -EINVAL;
 	if (es->state != ES_ATTACHED)
 		return es->state == ES_DEAD ? -EINVAL : -EISCONN;
+	/* SS_CONNECTING: a non-blocking connect() that completed since */
 	if (READ_ONCE(es->sk->sk_state) != TCP_ESTABLISHED ||
-	    sock->state != SS_CONNECTED)
+	    (sock->state != SS_CONNECTED && sock->state != SS_CONNECTING))
 		return -ENOTCONN;
 	peer_pd = kzalloc(KW_MPA_MAX_PD, GFP_KERNEL);
 	if (!peer_pd)

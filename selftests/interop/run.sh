@@ -386,6 +386,51 @@ if group es; then
 				fi
 			done
 		done
+		# Unmodified: rstream in its plain-sockets mode (-T s) under
+		# kiwarp-run --iwarp against rstream on rsockets, both roles
+		# (blocking, and the client non-blocking: a connect in
+		# progress); and kiwarp-run without --iwarp passes through.
+		KR=$top/tools/kiwarp-run
+		for cell in client:-Tb server:-Tb client:nb passthrough:-Tb; do
+			role=${cell%%:*}; mode=${cell#*:}
+			port=$((port + 1))
+			log=$RES/es-run-$role-$port
+			args=(-S 4096 -C 10 -I 5 -T v)
+			[ "$mode" = -Tb ] && args+=(-T b)
+			case $role in
+			client)
+				timeout 120 rstream -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
+				rpid=$!
+				waitlisten $port
+				timeout 120 "$KR" --iwarp rstream -T s -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
+				krc=$?; wait $rpid; rrc=$? ;;
+			server)
+				timeout 120 "$KR" --iwarp-ports $port rstream -T s -b $ADDR -p $port "${args[@]}" > $log.k 2>&1 &
+				kpid=$!
+				waitlisten $port
+				timeout 120 rstream -s $ADDR -p $port "${args[@]}" > $log.r 2>&1
+				rrc=$?; wait $kpid; krc=$? ;;
+			passthrough)
+				timeout 120 "$KR" rstream -T s -b 127.0.0.1 -p $port "${args[@]}" > $log.r 2>&1 &
+				rpid=$!
+				waitlisten $port
+				timeout 120 "$KR" rstream -T s -s 127.0.0.1 -p $port "${args[@]}" > $log.k 2>&1
+				krc=$?; wait $rpid; rrc=$? ;;
+			esac
+			case $role in
+			passthrough) lbl="es/kiwarp-run (passthrough)/rstream -T s vs rstream -T s" ;;
+			*) lbl="es/kiwarp-run --iwarp/kw-$role/rstream -T s ${mode/nb/non-blocking} vs rstream" ;;
+			esac
+			if [ $krc = 0 ] && [ $rrc = 0 ] && grep -q '^custom' $log.k &&
+			   grep -q '^custom' $log.r; then
+				ok "$lbl"
+			else
+				nok "$lbl: kiwarp-run side $krc, other $rrc"
+				sed 's/^/#   kiwarp-run: /' $log.k | tail -n 5
+				sed 's/^/#   rstream: /' $log.r | tail -n 5
+			fi
+		done
+
 		port=$((port + 1))
 		log=$RES/es-kw-kw-$port
 		timeout 120 "$ESP" --server $ADDR --port $port --size 1048576 --iters 4 > $log.s 2>&1 &

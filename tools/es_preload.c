@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: (GPL-2.0 OR MIT)
+/*
+ * libkiwarp-es.so: LD_PRELOAD'ed by kiwarp-run. With KIWARP_ES_IWARP=1,
+ * every TCP connection the program makes (connect) or accepts (accept,
+ * accept4) is switched to IWARP_MODE (Documentation/extended-sockets.md):
+ * the kernel ULP does the rest, so nothing else needs interposing. Without
+ * it (kiwarp-run's default) every call passes straight through.
+ *
+ *   KIWARP_ES_IWARP=1        switch connections
+ *   KIWARP_ES_PORTS=P[,P..]  only those whose remote (connect) or local
+ *                            (accept) port is listed
+ *
+ * A connection that cannot be switched is closed and the call fails with
+ * the switch's errno (both ends must run under kiwarp-run --iwarp). A
+ * non-blocking connect() in progress is waited for (poll, 30 s) and then
+ * switched, so it returns 0 or fails: the program sees a connect that
+ * completed at once. errno is preserved on success; the real functions are
+ * found once with dlsym(RTLD_NEXT), in the constructor.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <linux/kiwarp.h>
+
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+#define ES_MAX_PORTS	64
+
+static int (*real_connect)(int, const struct sockaddr *, socklen_t);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+static int es_on;
+static unsigned short es_ports[ES_MAX_PORTS];
+static int es_nports;
+
+__attribute__((constructor)) static void es_init(void)
+{
+	const char *p = getenv("KIWARP_ES_PORTS");
+
+	real_connect = dlsym(RTLD_NEXT, "connect");
+	real_accept = dlsym(RTLD_NEXT, "accept");
+	real_accept4 = dlsym(RTLD_NEXT, "accept4");
+	es_on = getenv("KIWARP_ES_IWARP") && !strcmp(getenv("KIWARP_ES_IWARP"), "1");
+	while (p && *p && es_nports < ES_MAX_PORTS) {
+		char *end;
+		unsigned long v = strtoul(p, &end, 10);
+
+		if (end == p || v > 65535)
+			break;
+		es_ports[es_nports++] = v;
+		p = *end == ',' ? end + 1 : end;
+	}
+}
+
+static int port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return -1;
+}
+
+/* Switch a connection of fd to/from (remote or local) port? */
+static int wanted(int fd, int port)
+{
+	int type = 0, proto = 0, i;
+	socklen_t tl = sizeof(type), pl = sizeof(proto);
+
+	if (!es_on || port < 0)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) ||
+	    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) ||
+	    type != SOCK_STREAM || proto != IPPROTO_TCP)
+		return 0;
+	if (!es_nports)
+		return 1;
+	for (i = 0; i < es_nports; i++)
+		if (es_ports[i] == port)
+			return 1;
+	return 0;
+}
+
+/* 0, or the errno that kept fd from being switched. */
+static int es_switch(int fd, int mode)
+{
+	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
+		       sizeof(KIWARP_ULP_NAME) - 1) && errno != EEXIST)
+		return errno;
+	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)))
+		return errno;
+	return 0;
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int saved = errno, ret, err = 0, want;
+	socklen_t el = sizeof(err);
+
+	ret = real_connect(fd, addr, len);
+	if (ret && errno != EINPROGRESS)
+		return ret;
+	if (ret)
+		saved = errno;
+	want = addr && len >= sizeof(sa_family_t) && wanted(fd, port_of(addr));
+	if (!want) {
+		errno = saved;
+		return ret;
+	}
+	if (ret) {	/* non-blocking: wait until it is connected */
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (poll(&p, 1, 30000) != 1) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
+			errno = err ? err : errno;
+			return -1;
+		}
+		saved = 0;
+	}
+	err = es_switch(fd, IWARP_MODE_ACTIVE);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	errno = saved;
+	return 0;
+}
+
+static int accepted(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int saved = errno, err;
+
+	if (fd < 0 || getsockname(fd, (void *)&ss, &len) ||
+	    !wanted(fd, port_of((void *)&ss))) {
+		errno = saved;
+		return fd;
+	}
+	err = es_switch(fd, IWARP_MODE_PASSIVE);
+	if (err) {
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	errno = saved;
+	return fd;
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return accepted(real_accept(fd, addr, len));
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	return accepted(real_accept4(fd, addr, len, flags));
+}
