@@ -42,13 +42,18 @@ static int es_on;
 static unsigned short es_ports[ES_MAX_PORTS];
 static int es_nports;
 
+static void es_resolve(void)
+{
+	real_connect = dlsym(RTLD_NEXT, "connect");
+	real_accept = dlsym(RTLD_NEXT, "accept");
+	real_accept4 = dlsym(RTLD_NEXT, "accept4");
+}
+
 __attribute__((constructor)) static void es_init(void)
 {
 	const char *p = getenv("KIWARP_ES_PORTS");
 
-	real_connect = dlsym(RTLD_NEXT, "connect");
-	real_accept = dlsym(RTLD_NEXT, "accept");
-	real_accept4 = dlsym(RTLD_NEXT, "accept4");
+	es_resolve();
 	es_on = getenv("KIWARP_ES_IWARP") && !strcmp(getenv("KIWARP_ES_IWARP"), "1");
 	while (p && *p && es_nports < ES_MAX_PORTS) {
 		char *end;
@@ -106,6 +111,12 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	int saved = errno, ret, err = 0, want;
 	socklen_t el = sizeof(err);
 
+	if (!real_connect)	/* called before our constructor ran */
+		es_resolve();
+	if (!real_connect) {
+		errno = ENOSYS;
+		return -1;
+	}
 	ret = real_connect(fd, addr, len);
 	if (ret && errno != EINPROGRESS)
 		return ret;
@@ -161,10 +172,22 @@ static int accepted(int fd)
 
 int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
+	if (!real_accept)
+		es_resolve();
+	if (!real_accept) {
+		errno = ENOSYS;
+		return -1;
+	}
 	return accepted(real_accept(fd, addr, len));
 }
 
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
+	if (!real_accept4)
+		es_resolve();
+	if (!real_accept4) {
+		errno = ENOSYS;
+		return -1;
+	}
 	return accepted(real_accept4(fd, addr, len, flags));
 }
