@@ -355,15 +355,24 @@ if group es; then
 				log=$RES/es-$role-$size-$port
 				lbl="es/kw-$role/rstream${mode:+ $mode}/-S $size -I $it -C $cnt -T v"
 				if [ $role = client ]; then
-					timeout 180 rstream -b $ADDR -p $port -S $size -I $it -C $cnt \
+				for try in 1 2; do
+					timeout 90 rstream -b $ADDR -p $port -S $size -I $it -C $cnt \
 						${mode:+-T b} -T v > $log.r 2>&1 &
 					rpid=$!
 					waitlisten $port
-					timeout 180 "$ESP" --client $ADDR --port $port \
+					timeout 90 "$ESP" --client $ADDR --port $port \
 						--size $size --iters $it --count $cnt > $log.k 2>&1
 					krc=$?
 					wait $rpid
 					rrc=$?
+					# Seen once in ~10 runs (7.2), not explained yet: the
+					# first exchange after the switch is reset and rstream
+					# waits. Retried once, and said so.
+					[ $try = 1 ] && [ $krc != 0 ] && [ $rrc = 124 ] &&
+						grep -q 'reset by peer' $log.k || break
+					note "$lbl: reset before the first bytes (unexplained): retried once"
+					port=$((port + 1))
+				done
 				else
 					timeout 180 "$ESP" --server $ADDR --port $port \
 						--size $size --iters $it --count $cnt > $log.k 2>&1 &
