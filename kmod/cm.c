@@ -632,6 +632,18 @@ void kw_cm_abort_setup(struct kw_qp *qp)
 		kw_cm_shutdown(qp);
 }
 
+/* A lent socket's own timeouts back (set_timeouts() and go_rts() set
+ * them for kiwarp's use): once the stream runs, and when it is returned. */
+static void cm_krestore_timeouts(struct kw_qp *qp)
+{
+	struct sock *sk = qp->sock->sk;
+
+	lock_sock(sk);
+	sk->sk_rcvtimeo = qp->sock_rcvtimeo;
+	sk->sk_sndtimeo = qp->sock_sndtimeo;
+	release_sock(sk);
+}
+
 /* Give the socket back: its owner's fd (if any) works again, closed. */
 void kw_cm_release_sock(struct kw_qp *qp)
 {
@@ -654,11 +666,7 @@ void kw_cm_release_sock(struct kw_qp *qp)
 		kw_cm_shutdown(qp);
 	}
 	if (qp->sock_borrowed) {
-		/* its lender (es.c) closes it; its timeouts are its own */
-		lock_sock(sock->sk);
-		sock->sk->sk_rcvtimeo = qp->sock_rcvtimeo;
-		sock->sk->sk_sndtimeo = qp->sock_sndtimeo;
-		release_sock(sock->sk);
+		cm_krestore_timeouts(qp);	/* its lender (es.c) closes it */
 	} else if (qp->sock_file) {
 		lock_sock(sock->sk);
 		WRITE_ONCE(sock->ops, qp->sock_ops);
@@ -1390,18 +1398,6 @@ static int cm_klock(struct kw_qp *qp)
 		return -EINVAL;
 	}
 	return 0;
-}
-
-/* The lender's own timeouts back once the stream runs (go_rts() set
- * them for kiwarp's use). */
-static void cm_krestore_timeouts(struct kw_qp *qp)
-{
-	struct sock *sk = qp->sock->sk;
-
-	lock_sock(sk);
-	sk->sk_rcvtimeo = qp->sock_rcvtimeo;
-	sk->sk_sndtimeo = qp->sock_sndtimeo;
-	release_sock(sk);
 }
 
 /*
