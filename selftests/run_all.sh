@@ -14,6 +14,7 @@ trap 'rm -rf "$out"' EXIT
 passed=0
 failed=0
 recap=$out/recap	# what failed, printed again just above the total line
+times=		# per suite: name and seconds, printed at the end
 
 # CI keeps only the tail of this script's output: note each failure in a
 # few lines (suite, failing test names, first kernel report) for the end.
@@ -31,11 +32,13 @@ REPORT='(vm-run: (CRASH|TIMEOUT|KERNEL LOG|guest died|VM failed|  )|BUG:|WARNING
 
 suite() {
 	local name=$1; shift
-	local log=$out/$name.log rc line p f
+	local log=$out/$name.log rc line p f t0
 
 	echo "## suite $name: $*"
+	t0=$SECONDS
 	"$@" > "$log" 2>&1
 	rc=$?
+	times+=" $name $((SECONDS - t0))s"
 	cat "$log"
 	# A suite's own total line ("N passed, N failed") wins; otherwise
 	# add up the per-program TAP summaries ("# N passed, N failed").
@@ -68,11 +71,13 @@ suite() {
 single() {
 	local name=$1; shift
 
-	local log=$out/$name.log rc
+	local log=$out/$name.log rc t0
 
 	echo "## $name: $*"
+	t0=$SECONDS
 	"$@" > "$log" 2>&1
 	rc=$?
+	times+=" $name $((SECONDS - t0))s"
 	cat "$log"
 	if [ "$rc" -eq 0 ]; then
 		echo "ok - $name"
@@ -158,5 +163,7 @@ else
 fi
 
 [ -s "$recap" ] && cat "$recap"
+# Where the time went (CI keeps only the tail; keep make check under 60 min).
+echo "# times:$times; total $((SECONDS / 60)) min"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -92,6 +92,7 @@ static long page_sz;
 static double t_start;
 static atomic_long ops_done;
 static atomic_int stop_flag;
+static atomic_int wd_done;	/* every worker joined: the watchdog may end */
 static atomic_long unexpected;
 static atomic_long pairs_up;	/* kiwarp<->kiwarp connections in RTS */
 static int in_child;		/* a fork()ed child: no stdio, no table lock */
@@ -2904,7 +2905,12 @@ static void *watchdog(void *arg)
 	int k;
 
 	(void)arg;
-	while (!atomic_load(&stop_flag) || arg) {
+	/*
+	 * Until every worker is joined, not only until the run's time is up:
+	 * a worker stuck in an op after thread 0 ended must still be named
+	 * (it was not, and the global alarm fired without saying which op).
+	 */
+	while (!atomic_load(&wd_done)) {
 		sleep(1);
 		for (k = 0; k < cfg_threads; k++) {
 			double s = ths[k].started;
@@ -2936,8 +2942,18 @@ static const char *phase = "setup";
 static void alarm_handler(int sig)
 {
 	(void)sig;
-	say("not ok - kw_fuzz: global watchdog fired in phase %s (seed %llu)\n",
-	    phase, (unsigned long long)cfg_seed);
+	int k;
+
+	for (k = 0; ths && k < cfg_threads; k++)
+		if (ths[k].started)
+			break;
+	if (ths && k < cfg_threads)
+		say("not ok - kw_fuzz: global watchdog fired in phase %s (seed %llu), t%d in %s for %.0f s\n",
+		    phase, (unsigned long long)cfg_seed, k, ths[k].desc,
+		    now() - ths[k].started);
+	else
+		say("not ok - kw_fuzz: global watchdog fired in phase %s (seed %llu), no op in progress\n",
+		    phase, (unsigned long long)cfg_seed);
 	dump_oplog("SIGALRM");
 	_exit(3);
 }
@@ -3193,6 +3209,8 @@ int main(int argc, char **argv)
 	atomic_store(&stop_flag, 1);
 	for (k = 1; k < cfg_threads; k++)
 		pthread_join(ths[k].pt, NULL);
+	atomic_store(&wd_done, 1);
+	pthread_join(wd, NULL);
 	double secs = now() - t_start;
 
 	/* cleanup: close everything, then check that nothing stayed pinned */
