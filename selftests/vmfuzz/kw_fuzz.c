@@ -1186,16 +1186,22 @@ static void op_events(struct th *t)
 
 	lock_tbl();
 	ctx = pick_ctx(t, &fd);
+	/* our own number: the table's may be closed and reused meanwhile
+	 * by a blocking fd (see op_sock_oldfd) */
+	if (ctx >= 0)
+		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	unlock_tbl();
-	if (ctx < 0)
+	if (ctx < 0 || fd < 0)
 		return;
 	p.fd = fd;
 	p.events = POLLIN;
 	begin(t, "poll(dev fd %d)", fd);
 	ret = poll(&p, 1, 0);
 	judge(t, ret < 0 ? -errno : 0, E(EINTR));
-	if (ret <= 0 || !(p.revents & POLLIN))
+	if (ret <= 0 || !(p.revents & POLLIN)) {
+		close(fd);
 		return;
+	}
 	n = chance(&t->r, 90) ? 4 * (1 + rn(&t->r, 8)) : rn(&t->r, 40);
 	begin(t, "read(dev fd %d, %zu)", fd, n);
 	/*
@@ -1206,6 +1212,7 @@ static void op_events(struct th *t)
 	ret = read(fd, chance(&t->r, 5) ? NULL : ev, n);
 	judge(t, ret < 0 ? -errno : 0, E(EAGAIN) | E(EINVAL) | E(EFAULT) |
 	      E(EINTR) | E_FD);
+	close(fd);
 }
 
 /* -------------------------------------------------------------- mmap */
@@ -2001,7 +2008,16 @@ static void op_sock_oldfd(struct th *t)
 		judge(t, ret < 0 ? -errno : 0, ~(emask)0);
 		return;
 	}
+	/*
+	 * Our own number for the socket: once the table is unlocked another
+	 * thread may close objs[i].fd and the number name a new, blocking
+	 * fd (a pipe, a dev fd), on which a read would wait forever (the
+	 * likely cause of a CI hang on 6.1, a worker stuck past the run).
+	 */
+	fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	unlock_tbl();
+	if (fd < 0)
+		return;
 	set_nb(fd);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sin.sin_port = htons(1 + rn(&t->r, 65535));
@@ -2082,6 +2098,7 @@ static void op_sock_oldfd(struct th *t)
 	}
 	/* plain socket API: any errno is its business, only count it */
 	judge(t, ret < 0 ? -errno : 0, ~(emask)0);
+	close(fd);
 }
 
 /* LISTEN on loopback / any / odd addresses. */
