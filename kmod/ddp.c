@@ -292,6 +292,21 @@ static void rx_error(struct kw_rx *rx, u8 layer, u8 etype, u8 ecode)
 	rx_fail_term(rx);
 }
 
+/*
+ * Whether [off, off + len), already inside the buffer, lies in mr's window:
+ * the ring interval of win_len bytes from win_off (struct kw_mr_view).
+ */
+static bool ddp_in_window(const struct kw_mr_view *mr, u64 off, u32 len)
+{
+	u64 rel;
+
+	if (mr->win_off >= mr->len || mr->win_len > mr->len)
+		return false;	/* no sane window: nothing may land */
+	rel = off >= mr->win_off ? off - mr->win_off :
+				   off + mr->len - mr->win_off;
+	return rel + len <= mr->win_len;
+}
+
 /* Tagged placement checks, RFC 5041 section 5.1/7.2 and RFC 5040 7.2 */
 static bool rx_tagged(struct kw_rx *rx, u32 len)
 {
@@ -336,6 +351,13 @@ static bool rx_tagged(struct kw_rx *rx, u32 len)
 	end = rx->mr.base + rx->mr.len;
 	if (h->to < rx->mr.base || end < rx->mr.base ||
 	    h->to + len > end) {
+		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
+			 KW_TERM_DDP_T_BASE_BOUNDS);
+		return false;
+	}
+	/* a windowed buffer's bounds are its window (struct kw_mr_view) */
+	if (rx->mr.windowed && !ddp_in_window(&rx->mr, h->to - rx->mr.base,
+					      len)) {
 		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_TAGGED,
 			 KW_TERM_DDP_T_BASE_BOUNDS);
 		return false;

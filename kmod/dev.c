@@ -350,11 +350,17 @@ static const struct file_operations dev_fops = {
 	/* not seekable: dev_open's stream_open() makes lseek fail (ESPIPE) */
 };
 
+static const struct attribute_group *dev_groups[] = {
+	&kw_es_attr_group,
+	NULL,
+};
+
 static struct miscdevice dev_misc = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = KIWARP_DEVICE_NAME,
 	.fops = &dev_fops,
 	.mode = 0666,	/* unprivileged use, bounded by RLIMIT_MEMLOCK */
+	.groups = dev_groups,
 };
 
 int kw_dev_init(void)

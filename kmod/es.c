@@ -40,6 +40,7 @@
  * proto_ops tables holds a module reference (the tables' owner is kiwarp,
  * so sock_release() drops it).
  */
+#include <linux/device.h>
 #include <linux/module.h>
 #include <linux/net.h>
 #include <linux/poll.h>
@@ -107,6 +108,7 @@ struct kw_es {
 	u8 *rbuf, *tsgl, *sbuf, *sslots, *rslots;	/* in mem */
 	u32 rbuf_size, sbuf_size;
 	u32 rbuf_key, tsgl_key, lkey;
+	struct kw_mr *rbuf_mr;	/* referenced: its remote-write window */
 	u64 sbuf_to, sslots_to, rslots_to;
 	struct kw_rs rs;
 
@@ -145,6 +147,15 @@ struct es_ops {
 };
 static struct es_ops es_ops[2];
 static DEFINE_MUTEX(es_ops_lock);
+
+/*
+ * Host-wide counters, read by anyone in /sys/class/misc/kiwarp/es/ (as
+ * /proc/net/snmp is): how many switches succeeded and failed, and the
+ * stream bytes that went over iWARP. They let a test (or an administrator)
+ * see that an unmodified program's bytes took iWARP, not TCP.
+ */
+static atomic64_t es_stat_switched, es_stat_failed;
+static atomic64_t es_stat_tx_bytes, es_stat_rx_bytes;
 
 static const struct proto_ops *es_orig(const struct socket *sock)
 {
@@ -306,6 +317,19 @@ static void es_fail(struct kw_es *es, int err)
 	es->gen++;
 }
 
+/*
+ * The peer may Write only into what we advertised and it has not yet
+ * announced as DATA: rbuf from wr_off, adv_len bytes (modulo rbuf_size).
+ * Anything else (over unread bytes, or into space not offered yet) is a
+ * base or bounds Terminate from the receive path, not silently placed.
+ * Grows before an advertisement goes out; shrinks when DATA is taken.
+ */
+static void es_window(struct kw_es *es)
+{
+	lockdep_assert_held(&es->lock);
+	kw_mr_set_window(es->rbuf_mr, es->rs.wr_off, es->rs.adv_len);
+}
+
 /* A credit update, if one is due and there is room for it. */
 static void es_credit(struct kw_es *es)
 {
@@ -328,6 +352,7 @@ static void es_credit(struct kw_es *es)
 	}
 	es_post_msg(es, c.msg, ES_WR_CTRL);
 	kw_rs_credit_sent(&es->rs, &c);
+	es_window(es);		/* before the peer can see the advertisement */
 	if (es_doorbell(es))
 		es_fail(es, ECONNRESET);
 }
@@ -347,7 +372,9 @@ static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 						    slot * KW_RS_MSG_LEN));
 	switch (ev) {
 	case KW_RS_EV_DATA:
+		es_window(es);
 		es->rx_bytes += es->rs.readable - before;
+		atomic64_add(es->rs.readable - before, &es_stat_rx_bytes);
 		break;
 	case KW_RS_EV_SHUTDOWN:
 		es->rd_eof = true;
@@ -539,6 +566,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			es->sb_head += n;
 			es->sb_off = off + n == es->sbuf_size ? 0 : off + n;
 			es->tx_bytes += n;
+			atomic64_add(n, &es_stat_tx_bytes);
 			copied += n;
 			if (es_doorbell(es)) {
 				es_fail(es, ECONNRESET);
@@ -758,6 +786,10 @@ static void es_teardown(struct kw_es *es)
 		kw_qp_put(es->qp);
 		es->qp = NULL;
 	}
+	if (es->rbuf_mr) {
+		kw_mr_put(es->rbuf_mr);
+		es->rbuf_mr = NULL;
+	}
 	if (es->ctx) {
 		kw_ctx_free(es->ctx);	/* QP, CQ, MRs, PD */
 		es->ctx = NULL;
@@ -834,6 +866,10 @@ static int es_alloc(struct kw_es *es)
 	if (ret)
 		return ret;
 	es->rbuf_key = mr.stag;
+	es->rbuf_mr = kw_mr_get(mr.stag);
+	if (!es->rbuf_mr)
+		return -EINVAL;
+	kw_mr_set_window(es->rbuf_mr, 0, 0);	/* nothing until started */
 	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages, 1, ES_TO_BASE, &mr);
 	if (ret)
 		return ret;
@@ -882,6 +918,7 @@ static int es_alloc(struct kw_es *es)
 	ret = kw_rs_init(&es->rs, &cfg);
 	if (ret)
 		return ret;
+	es_window(es);		/* the first half, offered in the MPA exchange */
 	/* every receive before the peer can send (rsockets does the same) */
 	for (i = 0; i < ES_RQ_ENTRIES; i++)
 		es_post_recv(es);
@@ -950,6 +987,7 @@ static int es_switch(struct kw_es *es, struct socket *sock, int mode)
 		goto fail;
 	es->result = kp.result;
 	es->state = ES_RUN;
+	atomic64_inc(&es_stat_switched);
 	/* our second half at once: it is also what unfences a responder */
 	es_credit(es);
 	es->gen++;
@@ -961,6 +999,7 @@ fail:
 		ret = -EINTR;	/* the switch cannot be restarted */
 	es->state = ES_DEAD;
 	es->err = -ret;
+	atomic64_inc(&es_stat_failed);
 	es_teardown(es);
 	/* the connection is of no further use; the peer sees it close */
 	ops->orig->shutdown(sock, SHUT_RDWR);
@@ -1314,6 +1353,34 @@ static struct tcp_ulp_ops es_ulp_ops __read_mostly = {
 	.init = es_ulp_init,
 	.release = es_ulp_release,
 	.clone = es_ulp_clone,
+};
+
+#define ES_STAT_ATTR(name)						\
+static ssize_t name##_show(struct device *dev,				\
+			   struct device_attribute *attr, char *buf)	\
+{									\
+	return sysfs_emit(buf, "%llu\n",				\
+			  (u64)atomic64_read(&es_stat_##name));		\
+}									\
+static DEVICE_ATTR_RO(name)
+
+ES_STAT_ATTR(switched);
+ES_STAT_ATTR(failed);
+ES_STAT_ATTR(tx_bytes);
+ES_STAT_ATTR(rx_bytes);
+
+static struct attribute *es_stat_attrs[] = {
+	&dev_attr_switched.attr,
+	&dev_attr_failed.attr,
+	&dev_attr_tx_bytes.attr,
+	&dev_attr_rx_bytes.attr,
+	NULL,
+};
+
+/* /sys/class/misc/kiwarp/es/: dev.c hangs it on the device */
+const struct attribute_group kw_es_attr_group = {
+	.name = "es",
+	.attrs = es_stat_attrs,
 };
 
 int kw_es_init(void)

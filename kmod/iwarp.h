@@ -410,6 +410,14 @@ struct kw_mr_view {
 	bool valid;		/* not invalidated */
 	u64 base;		/* first valid TO */
 	u64 len;
+	/*
+	 * windowed: remote Writes may only land in the ring interval of
+	 * win_len bytes starting win_off bytes after base (modulo len), the
+	 * part of a receive ring its owner has advertised and not yet seen
+	 * filled (es.c); elsewhere is a base or bounds violation.
+	 */
+	bool windowed;
+	u32 win_off, win_len;
 };
 
 /* A posted receive buffer (untagged QN 0), as a scatter list of MR pieces. */

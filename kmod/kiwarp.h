@@ -126,6 +126,14 @@ struct kw_mr {
 	struct kw_ctx *ctx;	/* only while in ctx->mrs (not after dereg) */
 	struct kw_pd *pd;	/* only while in ctx->mrs; pd->users counts it */
 	struct work_struct release_work;	/* last put: unpin (may sleep) */
+	/*
+	 * A remote-write window (kw_mr_set_window), for kernel MRs whose
+	 * owner advertises parts of them: win packs offset << 32 | length,
+	 * read in the receive path; win_on is set once, before the MR can
+	 * be reached by a peer, and never cleared.
+	 */
+	bool win_on;
+	atomic64_t win;
 };
 
 /*
@@ -199,6 +207,13 @@ bool kw_mr_access_begin(struct kw_mr *mr);
 void kw_mr_access_end(struct kw_mr *mr);
 /* Fill the core's view of mr (validity, bounds, access, PD). */
 void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v);
+/*
+ * Remote Writes to mr may land only in the ring interval [off, off + len)
+ * modulo its length from now on (struct kw_mr_view's window). Any context;
+ * the window is published in one store, so a segment is checked against
+ * either the old window or the new one.
+ */
+void kw_mr_set_window(struct kw_mr *mr, u32 off, u32 len);
 /* Copy to/from the pinned pages at byte offset off from mr->addr. The
  * caller has checked bounds. Safe in softirq (kmap_local_page). */
 void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len);
@@ -284,6 +299,8 @@ void kw_qp_exit(void);
 /* ---- es.c: extended sockets (the "kiwarp" TCP ULP) */
 int kw_es_init(void);
 void kw_es_exit(void);
+struct attribute_group;
+extern const struct attribute_group kw_es_attr_group;
 
 /* Zero-check helper for reserved ABI fields. */
 static inline bool kw_mem_is_zero(const void *p, size_t len)

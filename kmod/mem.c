@@ -625,6 +625,23 @@ void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v)
 	v->valid = READ_ONCE(mr->valid);
 	v->base = mr->addr;
 	v->len = mr->len;
+	v->windowed = smp_load_acquire(&mr->win_on);
+	v->win_off = 0;
+	v->win_len = 0;
+	if (v->windowed) {
+		u64 w = atomic64_read(&mr->win);
+
+		v->win_off = upper_32_bits(w);
+		v->win_len = lower_32_bits(w);
+	}
+}
+
+void kw_mr_set_window(struct kw_mr *mr, u32 off, u32 len)
+{
+	atomic64_set(&mr->win, (u64)off << 32 | len);
+	/* pairs with kw_mr_view(): a windowed view sees a window */
+	if (!READ_ONCE(mr->win_on))
+		smp_store_release(&mr->win_on, true);
 }
 
 /* Locate byte off of mr: page index and offset within that page. */

@@ -130,6 +130,7 @@ vm_kernel() {
 
 	env=$(scripts/kernel --kiwarp "$1") || return 1
 	KIWARP_KO=$(sed -n 's/^KIWARP_KO=//p' <<<"$env") \
+	KIWARP_ES_APPS_MODES=iwarp \
 	scripts/vm-run --kernel "$1" --accel tcg --timeout "$VM_TIMEOUT" \
 		--append preempt=full -- selftests/vm/run.sh
 }
@@ -152,6 +153,7 @@ debug_tier() {
 
 	env=$(scripts/build-kernel --kiwarp) || return 1
 	eval "$env"
+	KIWARP_ES_APPS_MODES=iwarp \
 	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
 		--append "$(cat kernel/debug.cmdline)" \
 		-- kernel/vm-check --ko "$KIWARP_KO" -- selftests/vm/run.sh

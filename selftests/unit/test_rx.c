@@ -584,6 +584,53 @@ TEST(term_write_bounds)
 	EXPECT_MEMEQ(tr.w.mem[0] + 248, pattern, 8);
 }
 
+/* A windowed buffer (es.c's receive ring): Writes only inside the window,
+ * a ring interval that may wrap; elsewhere base/bounds, nothing placed. */
+static void window_case(int *kwt_fail, u32 win_off, u32 win_len, u64 off,
+			u32 len, bool ok)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000 + off, len, false);
+	struct world w;
+
+	pattern_init();
+	world_init(&w);
+	w.mr[0].windowed = true;
+	w.mr[0].win_off = win_off;
+	w.mr[0].win_len = win_len;
+	memset(w.mem[0], 0xee, sizeof(w.mem[0]));
+	run_one(&m, pattern, NULL, &w);
+	if (ok) {
+		EXPECT_FALSE(kw_rx_failed(&tr.rx));
+		/* placed through the cookie: into w's own memory */
+		EXPECT_MEMEQ(w.mem[0] + off, pattern, len);
+	} else {
+		EXPECT_TERM(&tr, 1, 1, 1);
+		EXPECT_EQ(tr.w.nplace, 0);
+		EXPECT_EQ(w.mem[0][off], 0xee);
+	}
+}
+
+TEST(term_write_outside_window)
+{
+	window_case(kwt_fail, 100, 50, 100, 50, true);	/* exactly it */
+	window_case(kwt_fail, 100, 50, 120, 8, true);
+	window_case(kwt_fail, 100, 50, 99, 8, false);	/* starts before */
+	window_case(kwt_fail, 100, 50, 148, 8, false);	/* runs past */
+	window_case(kwt_fail, 100, 50, 0, 8, false);	/* unread bytes */
+	window_case(kwt_fail, 0, 0, 0, 8, false);	/* nothing offered */
+	/* a window wrapping the ring's end: [200, 256) + [0, 40) */
+	window_case(kwt_fail, 200, 96, 210, 40, true);
+	window_case(kwt_fail, 200, 96, 0, 40, true);
+	window_case(kwt_fail, 200, 96, 0, 41, false);
+	window_case(kwt_fail, 200, 96, 190, 8, false);
+	/* the whole ring */
+	window_case(kwt_fail, 0, 256, 248, 8, true);
+	window_case(kwt_fail, 128, 256, 0, 8, true);
+	/* no sane window: nothing lands */
+	window_case(kwt_fail, 256, 8, 0, 8, false);
+	window_case(kwt_fail, 0, 257, 0, 8, false);
+}
+
 TEST(term_write_to_wrap)
 {
 	struct kw_tx_msg m = msg_write(W_STAG, ~0ULL - 3, 8, false);

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Extended sockets against a hostile rsockets peer (issue 9, "Bad input"):
+ * a raw peer on a plain TCP socket runs the MPA exchange with rsockets'
+ * connection data, then speaks the stream protocol by hand (RDMA Writes
+ * into the receive buffer the IWARP_MODE socket advertised, 4-byte Sends
+ * for the messages) and breaks its rules: Writes over bytes not yet read
+ * or into space not offered, DATA beyond the credits, garbage messages,
+ * a message of the wrong size, a disconnect between a Write and its DATA.
+ * The socket's reader must get the bytes that were announced intact, then
+ * an error (never the attacker's bytes), and a Write outside the window a
+ * DDP base-or-bounds Terminate on the wire.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kiwarp.h"
+#include "kw_vmtest.h"
+#include "iwarp.h"
+#include "rsock.h"
+#include "kw_rawpeer.h"
+#include "../unit/harness.h"
+
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+/* The raw peer's own (fake) resources, named in its connection data. */
+#define PEER_TSGL_TO	0x5000
+#define PEER_TSGL_KEY	0x1234
+#define PEER_RBUF_TO	0x90000
+#define PEER_RBUF_KEY	0x5678
+#define PEER_CREDITS	16
+
+struct hp {
+	int raw, es;		/* the raw peer's socket; the ES socket */
+	struct rp p;
+	struct kw_rs_conn es_conn;	/* what the ES socket offered */
+	u32 msn;		/* the raw peer's last Send MSN */
+	int sw_ret;
+	pthread_t sw;
+};
+
+static void *es_switch(void *arg)
+{
+	struct hp *h = arg;
+	int mode = IWARP_MODE_PASSIVE;
+
+	h->sw_ret = setsockopt(h->es, SOL_IWARP, IWARP_MODE, &mode,
+			       sizeof(mode)) ? -errno : 0;
+	return NULL;
+}
+
+/*
+ * Connect: the ES socket is the MPA responder (IWARP_MODE_PASSIVE), the
+ * raw peer the initiator with rsockets' connection data. 0 or a step
+ * number that failed.
+ */
+static int hp_connect(struct hp *h, int rcvbuf)
+{
+	struct kw_mpa_cfg cfg = { .rev = 2, .crc = true, .ird = 1, .ord = 1 };
+	struct kw_rs_conn mine = {
+		.version = KW_RS_VERSION, .credits = PEER_CREDITS,
+		.target_sgl = { PEER_TSGL_TO, PEER_TSGL_KEY, 2 },
+		.data_buf = { PEER_RBUF_TO, PEER_RBUF_KEY, 65536 },
+	};
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	u8 pd[KW_RS_CONN_LEN], buf[600], hdr[KW_MPA_HDR_LEN];
+	int len;
+
+	memset(h, 0, sizeof(*h));
+	if (tcp_pair(&h->raw, &h->es))
+		return 1;
+	if (rcvbuf && setsockopt(h->es, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+				 sizeof(rcvbuf)))
+		return 2;
+	if (setsockopt(h->es, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
+		       sizeof(KIWARP_ULP_NAME) - 1))
+		return 3;
+	pthread_create(&h->sw, NULL, es_switch, h);
+	kw_rs_conn_encode(&mine, pd);
+	kw_mpa_make_request(&cfg, &req);
+	len = kw_mpa_encode(&req, pd, sizeof(pd), buf, sizeof(buf));
+	if (len < 0 || writen(h->raw, buf, len))
+		return 4;
+	if (readn(h->raw, hdr, sizeof(hdr), 5000) ||
+	    kw_mpa_decode_hdr(hdr, true, &rep) ||
+	    readn(h->raw, buf, rep.pd_len, 5000) ||
+	    kw_mpa_decode_pd(&rep, buf) ||
+	    kw_mpa_negotiate_initiator(&cfg, &rep, &res))
+		return 5;
+	if (kw_rs_conn_decode(rep.ulp_pd, rep.ulp_pd_len, &h->es_conn))
+		return 6;
+	pthread_join(h->sw, NULL);
+	if (h->sw_ret)
+		return 7;
+	h->p = (struct rp){ h->raw, res.crc };
+	return 0;
+}
+
+static void hp_close(struct hp *h)
+{
+	close(h->es);
+	close(h->raw);
+}
+
+/* An RDMA Write of len bytes of fill at offset off of the ES socket's
+ * receive buffer. */
+static int hp_write(struct hp *h, u32 off, u32 len, u8 fill)
+{
+	static u8 pl[1 << 17];
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = len,
+		.stag = h->es_conn.data_buf.key,
+		.to = h->es_conn.data_buf.addr + off };
+
+	if (len > sizeof(pl))
+		return -1;
+	memset(pl, fill, len);
+	return rp_send(&h->p, &m, pl, 0);
+}
+
+/* A Send of n bytes (an rsockets message is 4). */
+static int hp_send(struct hp *h, const u8 *b, u32 n)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_SEND, .len = n,
+		.qn = KW_QN_SEND, .msn = ++h->msn };
+
+	return rp_send(&h->p, &m, b, 0);
+}
+
+static int hp_msg(struct hp *h, u32 msg)
+{
+	u8 b[KW_RS_MSG_LEN];
+
+	kw_rs_msg_encode(msg, b);
+	return hp_send(h, b, sizeof(b));
+}
+
+/* Write then announce: the protocol as rsockets runs it. */
+static int hp_data(struct hp *h, u32 off, u32 len, u8 fill)
+{
+	return hp_write(h, off, len, fill) ||
+	       hp_msg(h, KW_RS_MSG(KW_RS_OP_DATA, len));
+}
+
+/* Wait until the ES socket has n bytes readable (MSG_PEEK, which also
+ * makes it take the DATA messages). */
+static int es_wait_readable(struct hp *h, size_t n)
+{
+	static u8 b[1 << 17];
+	struct pollfd p = { .fd = h->es, .events = POLLIN };
+	double end = now() + 5;
+	ssize_t r;
+
+	while (now() < end) {
+		r = recv(h->es, b, n, MSG_PEEK | MSG_DONTWAIT);
+		if (r == (ssize_t)n)
+			return 0;
+		if (r < 0 && errno != EAGAIN)
+			return -errno;
+		poll(&p, 1, 100);
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * Read everything the ES socket still gives: every byte must be fill;
+ * returns the count, and the errno that ended it in *err (0: EOF).
+ */
+static long es_drain(struct hp *h, u8 fill, int *err, int *bad)
+{
+	u8 b[4096];
+	long total = 0;
+	ssize_t r;
+	int i;
+
+	*bad = 0;
+	for (;;) {
+		struct pollfd p = { .fd = h->es, .events = POLLIN };
+
+		if (poll(&p, 1, 5000) != 1) {
+			*err = ETIMEDOUT;
+			return total;
+		}
+		r = recv(h->es, b, sizeof(b), MSG_DONTWAIT);
+		if (r < 0 && errno == EAGAIN)
+			continue;
+		if (r <= 0) {
+			*err = r ? errno : 0;
+			return total;
+		}
+		for (i = 0; i < r; i++)
+			if (b[i] != fill)
+				(*bad)++;
+		total += r;
+	}
+}
+
+/* The raw peer's view: kiwarp's Terminate (or none within 10 s). */
+static struct rp_sink sink;
+
+static bool hp_term(struct hp *h)
+{
+	struct kw_rx rx;
+
+	memset(&sink, 0, sizeof(sink));
+	kw_rx_init(&rx, &rp_sink_ops, &sink, h->p.crc, 0);
+	rp_read(&h->p, &rx, &sink, 10, NULL);
+	return sink.got_term;
+}
+
+/* The socket, after a violation: an error, not EOF and not a hang. */
+#define EXPECT_STREAM_ERROR(err)					\
+	EXPECT_TRUE((err) == ECONNRESET || (err) == EPROTO)
+
+TEST(write_over_unread_bytes_is_terminated)
+{
+	struct hp h;
+	int err, bad;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	ASSERT_EQ(hp_data(&h, 0, 100, 'A'), 0);
+	ASSERT_EQ(es_wait_readable(&h, 100), 0);
+	/* the 100 bytes are announced and not yet read: off limits */
+	hp_write(&h, 0, 50, 'B');
+	ASSERT_TRUE(hp_term(&h));
+	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
+	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	n = es_drain(&h, 'A', &err, &bad);
+	note("read %ld bytes after the violation, then errno %d", n, err);
+	EXPECT_TRUE(n == 0 || n == 100);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+}
+
+TEST(write_into_space_not_offered_is_terminated)
+{
+	struct hp h;
+	u32 half;
+	int err, bad;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 16384), 0);
+	half = h.es_conn.data_buf.len;
+	ASSERT_GT(half, 0);
+	ASSERT_LE(half, 65536);
+	/* both halves filled and announced, none read: nothing is offered */
+	ASSERT_EQ(hp_data(&h, 0, half, 'A'), 0);
+	ASSERT_EQ(hp_data(&h, half, half, 'A'), 0);
+	ASSERT_EQ(es_wait_readable(&h, 2 * half), 0);
+	hp_write(&h, half, 1, 'B');
+	ASSERT_TRUE(hp_term(&h));
+	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
+	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	n = es_drain(&h, 'A', &err, &bad);
+	note("half %u: read %ld bytes, then errno %d", half, n, err);
+	EXPECT_TRUE(n == 0 || n == 2 * half);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+}
+
+TEST(data_beyond_the_credits_is_an_error)
+{
+	struct hp h;
+	int i, err, bad, credits;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	credits = h.es_conn.credits;
+	ASSERT_GT(credits, 0);
+	ASSERT_LT(credits, 1000);
+	/* one byte per DATA message, one more message than granted, and
+	 * the reader takes nothing (so no new credits are granted) */
+	for (i = 0; i <= credits; i++)
+		ASSERT_EQ(hp_data(&h, i, 1, 'A'), 0);
+	usleep(300 * 1000);
+	n = es_drain(&h, 'A', &err, &bad);
+	note("credits %d: read %ld bytes, then errno %d", credits, n, err);
+	EXPECT_LE(n, credits);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+}
+
+TEST(garbage_messages_are_errors)
+{
+	static const u32 msgs[] = {
+		KW_RS_MSG(KW_RS_OP_RSVD, 0),
+		KW_RS_MSG(KW_RS_OP_WRITE, 4),
+		KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0),
+		KW_RS_MSG(KW_RS_OP_CTRL, 77),
+		KW_RS_MSG(KW_RS_OP_SGL, 0),	/* a credit limit going back */
+		KW_RS_MSG(KW_RS_OP_DATA, 1 << 20),	/* more than offered */
+	};
+	unsigned int i;
+
+	for (i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
+		struct hp h;
+		int err, bad;
+		long n;
+
+		ASSERT_EQ(hp_connect(&h, 0), 0);
+		ASSERT_EQ(hp_data(&h, 0, 10, 'A'), 0);
+		ASSERT_EQ(hp_msg(&h, msgs[i]), 0);
+		n = es_drain(&h, 'A', &err, &bad);
+		note("message %#x: read %ld bytes, then errno %d", msgs[i], n,
+		     err);
+		EXPECT_TRUE(n == 0 || n == 10);
+		EXPECT_EQ(bad, 0);
+		EXPECT_STREAM_ERROR(err);
+		hp_close(&h);
+	}
+}
+
+TEST(message_of_the_wrong_size_is_an_error)
+{
+	u8 b[8] = { 0 };
+	struct hp h;
+	int err, bad;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	ASSERT_EQ(hp_data(&h, 0, 10, 'A'), 0);
+	ASSERT_EQ(hp_send(&h, b, sizeof(b)), 0);
+	n = es_drain(&h, 'A', &err, &bad);
+	EXPECT_TRUE(n == 0 || n == 10);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+}
+
+TEST(disconnect_between_write_and_data)
+{
+	struct hp h;
+	int err, bad;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	ASSERT_EQ(hp_data(&h, 0, 10, 'A'), 0);
+	/* written, never announced: the reader must not see it */
+	ASSERT_EQ(hp_write(&h, 10, 100, 'B'), 0);
+	close(h.raw);
+	h.raw = -1;
+	n = es_drain(&h, 'A', &err, &bad);
+	note("read %ld bytes, then errno %d", n, err);
+	EXPECT_LE(n, 10);
+	EXPECT_EQ(bad, 0);
+	/* the peer vanished without DISCONNECT: a reset, or EOF */
+	EXPECT_TRUE(err == ECONNRESET || err == 0);
+	close(h.es);
+}
+
+TEST(the_rules_kept_work)
+{
+	/* the same raw peer, keeping the rules: the control case */
+	struct hp h;
+	int err, bad;
+	long n;
+	u8 b[300];
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	ASSERT_EQ(hp_data(&h, 0, 100, 'A'), 0);
+	ASSERT_EQ(hp_data(&h, 100, 200, 'A'), 0);
+	ASSERT_EQ(es_wait_readable(&h, 300), 0);
+	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), 300);
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_CTRL_SHUTDOWN)),
+		  0);
+	n = es_drain(&h, 'A', &err, &bad);
+	EXPECT_EQ(n, 0);
+	EXPECT_EQ(err, 0);	/* EOF: the peer shut down its side */
+	for (n = 0; n < 300; n++)
+		if (b[n] != 'A')
+			break;
+	EXPECT_EQ(n, 300);
+	hp_close(&h);
+}
+
+
