@@ -119,6 +119,12 @@ struct kw_es {
 	u32 sq_cqes;		/* signaled send WRs whose CQE is not taken */
 	struct kiwarp_conn_param result;
 	u64 tx_bytes, rx_bytes;
+
+	/* a non-blocking IWARP_MODE: the MPA exchange runs in sw_work */
+	struct work_struct sw_work;
+	struct socket *sw_sock;
+	bool sw_initiator;
+	bool sw_busy;		/* queued or running; es_release() waits */
 };
 
 static struct tcp_ulp_ops es_ulp_ops;
@@ -147,6 +153,7 @@ struct es_ops {
 };
 static struct es_ops es_ops[2];
 static DEFINE_MUTEX(es_ops_lock);
+static struct workqueue_struct *es_wq;
 
 /*
  * Host-wide counters, read by anyone in /sys/class/misc/kiwarp/es/ (as
@@ -475,11 +482,27 @@ static long es_wait(struct kw_es *es, u32 gen, long timeo)
  */
 static int es_lock(struct kw_es *es, bool nonblock)
 {
-	if (mutex_trylock(&es->lock))
-		return 0;
-	if (nonblock && READ_ONCE(es->state) == ES_STARTING)
-		return -EAGAIN;
-	return mutex_lock_interruptible(&es->lock);
+	int ret;
+
+	for (;;) {
+		if (!mutex_trylock(&es->lock)) {
+			if (nonblock && READ_ONCE(es->state) == ES_STARTING)
+				return -EAGAIN;
+			ret = mutex_lock_interruptible(&es->lock);
+			if (ret)
+				return ret;
+		}
+		if (es->state != ES_STARTING)
+			return 0;
+		/* a non-blocking switch between its setsockopt and its work */
+		mutex_unlock(&es->lock);
+		if (nonblock)
+			return -EAGAIN;
+		ret = wait_event_interruptible(*sk_sleep(es->sk),
+				READ_ONCE(es->state) != ES_STARTING);
+		if (ret)
+			return ret;
+	}
 }
 
 /* poll() and ioctl(): not interruptible either (a poller whose poll()
@@ -933,43 +956,77 @@ static int es_check_conn(void *arg, const u8 *pd, u32 len)
 	return kw_rs_conn_decode(pd, len, &c);
 }
 
-static int es_switch(struct kw_es *es, struct socket *sock, int mode)
+/* A switch failed: the stream is dead and the connection of no use. */
+static int es_switch_fail(struct kw_es *es, struct socket *sock, int ret)
 {
-	struct es_ops *ops = es_ops_of(es->sk);
+	lockdep_assert_held(&es->lock);
+	if (ret == -ERESTARTSYS)
+		ret = -EINTR;	/* the switch cannot be restarted */
+	es->state = ES_DEAD;
+	es->err = -ret;
+	atomic64_inc(&es_stat_failed);
+	es_teardown(es);
+	/* the peer sees it close */
+	es_ops_of(es->sk)->orig->shutdown(sock, SHUT_RDWR);
+	es->gen++;
+	return ret;
+}
+
+/*
+ * IWARP_MODE, first part (never waits for the peer): check the request,
+ * take the run ops, build the context. Sets *initiator.
+ */
+static int es_switch_begin(struct kw_es *es, struct socket *sock, int mode,
+			   bool *initiator)
+{
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (mode == IWARP_MODE_AUTO)
+		*initiator = !es->passive;
+	else if (mode == IWARP_MODE_ACTIVE || mode == IWARP_MODE_PASSIVE)
+		*initiator = mode == IWARP_MODE_ACTIVE;
+	else
+		return -EINVAL;
+	if (es->state != ES_ATTACHED)
+		return es->state == ES_DEAD ? -EINVAL :
+		       es->state == ES_STARTING ? -EALREADY : -EISCONN;
+	/* SS_CONNECTING: a non-blocking connect() that completed since */
+	if (READ_ONCE(es->sk->sk_state) != TCP_ESTABLISHED ||
+	    (sock->state != SS_CONNECTED && sock->state != SS_CONNECTING))
+		return -ENOTCONN;
+
+	/* from here on, reads and writes of the fd wait for us */
+	es->state = ES_STARTING;
+	WRITE_ONCE(sock->ops, &es_ops_of(es->sk)->run);
+	ret = es_alloc(es);
+	if (ret)
+		return es_switch_fail(es, sock, ret);
+	return 0;
+}
+
+/*
+ * IWARP_MODE, second part: the MPA exchange (bounded by the MPA timeout,
+ * cut short when the socket is shut down) and the start of the stream.
+ * In the caller's context, or in sw_work for a non-blocking socket.
+ */
+static int es_switch_mpa(struct kw_es *es, struct socket *sock,
+			 bool initiator)
+{
 	struct kw_cm_kparam kp = {
-		.tcp_ops = ops->orig,
+		.tcp_ops = es_ops_of(es->sk)->orig,
 		.param = { .mpa_rev = 2, .ird = 1, .ord = 1 },
 		.pd_len = KW_RS_CONN_LEN,
 		.check = es_check_conn,
 	};
 	u8 mine[KW_RS_CONN_LEN], *peer_pd;
 	struct kw_rs_conn local, peer;
-	bool initiator;
 	int ret;
 
 	lockdep_assert_held(&es->lock);
-	if (mode == IWARP_MODE_AUTO)
-		initiator = !es->passive;
-	else if (mode == IWARP_MODE_ACTIVE || mode == IWARP_MODE_PASSIVE)
-		initiator = mode == IWARP_MODE_ACTIVE;
-	else
-		return -EINVAL;
-	if (es->state != ES_ATTACHED)
-		return es->state == ES_DEAD ? -EINVAL : -EISCONN;
-	/* SS_CONNECTING: a non-blocking connect() that completed since */
-	if (READ_ONCE(es->sk->sk_state) != TCP_ESTABLISHED ||
-	    (sock->state != SS_CONNECTED && sock->state != SS_CONNECTING))
-		return -ENOTCONN;
 	peer_pd = kzalloc(KW_MPA_MAX_PD, GFP_KERNEL);
 	if (!peer_pd)
-		return -ENOMEM;
-
-	/* from here on, reads and writes of the fd wait for us */
-	es->state = ES_STARTING;
-	WRITE_ONCE(sock->ops, &ops->run);
-	ret = es_alloc(es);
-	if (ret)
-		goto fail;
+		return es_switch_fail(es, sock, -ENOMEM);
 	kw_rs_local_conn(&es->rs, &local);
 	kw_rs_conn_encode(&local, mine);
 	kp.pd = mine;
@@ -978,34 +1035,42 @@ static int es_switch(struct kw_es *es, struct socket *sock, int mode)
 		ret = kw_cm_kconnect(es->qp, sock, &kp);
 	else
 		ret = kw_cm_kaccept(es->qp, sock, &kp);
-	if (ret)
-		goto fail;
-	ret = kw_rs_conn_decode(peer_pd, kp.peer_pd_len, &peer);
+	if (!ret)
+		ret = kw_rs_conn_decode(peer_pd, kp.peer_pd_len, &peer);
 	if (!ret)
 		ret = kw_rs_start(&es->rs, &peer);
+	kfree(peer_pd);
 	if (ret)
-		goto fail;
+		return es_switch_fail(es, sock, ret);
 	es->result = kp.result;
 	es->state = ES_RUN;
 	atomic64_inc(&es_stat_switched);
 	/* our second half at once: it is also what unfences a responder */
 	es_credit(es);
 	es->gen++;
-	kfree(peer_pd);
 	return es->err ? -es->err : 0;
+}
 
-fail:
-	if (ret == -ERESTARTSYS)
-		ret = -EINTR;	/* the switch cannot be restarted */
-	es->state = ES_DEAD;
-	es->err = -ret;
-	atomic64_inc(&es_stat_failed);
-	es_teardown(es);
-	/* the connection is of no further use; the peer sees it close */
-	ops->orig->shutdown(sock, SHUT_RDWR);
-	es->gen++;
-	kfree(peer_pd);
-	return ret;
+/*
+ * The MPA exchange of a non-blocking IWARP_MODE. The socket stays valid:
+ * es_release() shuts it down (which ends the exchange) and waits for us
+ * before it releases anything.
+ */
+static void es_sw_work(struct work_struct *work)
+{
+	struct kw_es *es = container_of(work, struct kw_es, sw_work);
+	int ret;
+
+	mutex_lock(&es->lock);
+	ret = es_switch_mpa(es, es->sw_sock, es->sw_initiator);
+	es->sw_busy = false;
+	mutex_unlock(&es->lock);
+	if (ret) {
+		/* as a failed non-blocking connect(): SO_ERROR tells */
+		WRITE_ONCE(es->sk->sk_err, -ret);
+		sk_error_report(es->sk);
+	}
+	es_wake(es->sk);
 }
 
 /* ----------------------------------------------------------- options */
@@ -1033,6 +1098,7 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 			 sockptr_t optval, unsigned int optlen)
 {
 	struct kw_es *es = es_of(sock->sk);
+	bool nonblock, initiator;
 	int val, ret;
 
 	if (level != SOL_IWARP)
@@ -1046,7 +1112,8 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return -EINVAL;
 	if (copy_from_sockptr(&val, optval, sizeof(val)))
 		return -EFAULT;
-	if (sock->file && (sock->file->f_flags & O_NONBLOCK)) {
+	nonblock = sock->file && (sock->file->f_flags & O_NONBLOCK);
+	if (nonblock) {
 		if (!mutex_trylock(&es->lock))
 			return -EAGAIN;
 	} else {
@@ -1054,10 +1121,42 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		if (ret)
 			return ret;
 	}
-	ret = es_switch(es, sock, val);
+	ret = es_switch_begin(es, sock, val, &initiator);
+	if (!ret && nonblock) {
+		/* done in the background: poll() and SO_ERROR tell the end */
+		es->sw_sock = sock;
+		es->sw_initiator = initiator;
+		es->sw_busy = true;
+		queue_work(es_wq, &es->sw_work);
+		ret = -EINPROGRESS;
+	} else if (!ret) {
+		ret = es_switch_mpa(es, sock, initiator);
+	}
 	mutex_unlock(&es->lock);
 	es_wake(sock->sk);
 	return ret;
+}
+
+/* IWARP_MODE/IWARP_INFO while the switch runs (without es->lock). */
+static int es_getsockopt_starting(int optname, char __user *optval,
+				  int __user *optlen, int len)
+{
+	struct iwarp_info info = { .state = IWARP_STATE_STARTING };
+	int val = 1;
+
+	switch (optname) {
+	case IWARP_MODE:
+		len = min_t(int, len, sizeof(val));
+		if (put_user(len, optlen) || copy_to_user(optval, &val, len))
+			return -EFAULT;
+		return 0;
+	case IWARP_INFO:
+		len = min_t(int, len, sizeof(info));
+		if (put_user(len, optlen) || copy_to_user(optval, &info, len))
+			return -EFAULT;
+		return 0;
+	}
+	return -ENOPROTOOPT;
 }
 
 static int es_getsockopt(struct socket *sock, int level, int optname,
@@ -1081,9 +1180,15 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 		return -EFAULT;
 	if (len < 0)
 		return -EINVAL;
-	ret = mutex_lock_interruptible(&es->lock);
-	if (ret)
-		return ret;
+	if (!mutex_trylock(&es->lock)) {
+		/* a switch in its MPA exchange holds the lock: say so */
+		if (READ_ONCE(es->state) == ES_STARTING)
+			return es_getsockopt_starting(optname, optval, optlen,
+						      len);
+		ret = mutex_lock_interruptible(&es->lock);
+		if (ret)
+			return ret;
+	}
 	switch (optname) {
 	case IWARP_MODE:
 		val = es->state == ES_RUN || es->state == ES_STARTING;
@@ -1184,6 +1289,18 @@ static int es_release(struct socket *sock)
 		timeo = 0;
 	deadline = jiffies + min_t(long, timeo, MAX_SCHEDULE_TIMEOUT / 2);
 
+	/*
+	 * A background switch still under way: end its MPA exchange (a shut
+	 * down socket fails it at once; its work holds es->lock meanwhile)
+	 * and wait for the work, which uses the socket. No setsockopt() can
+	 * queue another: the file is gone. Should the switch complete just
+	 * before the shutdown, the new stream ends abruptly, which is all a
+	 * close of a stream nobody could have written to yet loses.
+	 */
+	if (READ_ONCE(es->sw_busy) && READ_ONCE(es->state) == ES_STARTING)
+		orig->shutdown(sock, SHUT_RDWR);
+	flush_work(&es->sw_work);
+
 	mutex_lock(&es->lock);
 	if (es->state == ES_RUN) {
 		es_process(es);
@@ -1272,6 +1389,7 @@ static struct kw_es *es_new(struct sock *sk, gfp_t gfp)
 		return NULL;
 	es->sk = sk;
 	mutex_init(&es->lock);
+	INIT_WORK(&es->sw_work, es_sw_work);
 	es->state = ES_ATTACHED;
 	return es;
 }
@@ -1385,10 +1503,20 @@ const struct attribute_group kw_es_attr_group = {
 
 int kw_es_init(void)
 {
-	return tcp_register_ulp(&es_ulp_ops);
+	int ret;
+
+	/* non-blocking switches: each waits for its peer's MPA frame */
+	es_wq = alloc_workqueue("kiwarp_es", WQ_UNBOUND, 0);
+	if (!es_wq)
+		return -ENOMEM;
+	ret = tcp_register_ulp(&es_ulp_ops);
+	if (ret)
+		destroy_workqueue(es_wq);
+	return ret;
 }
 
 void kw_es_exit(void)
 {
 	tcp_unregister_ulp(&es_ulp_ops);
+	destroy_workqueue(es_wq);	/* empty: each socket waited for its own */
 }

@@ -95,13 +95,19 @@ static int wanted(int fd, int port)
 	return 0;
 }
 
-/* 0, or the errno that kept fd from being switched. */
+/*
+ * 0, or the errno that kept fd from being switched. A non-blocking socket
+ * switches in the background (EINPROGRESS): until its MPA exchange is
+ * done, reads and writes say EAGAIN and poll() reports nothing, so an
+ * event loop is never held up by a slow or silent peer.
+ */
 static int es_switch(int fd, int mode)
 {
 	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1) && errno != EEXIST)
 		return errno;
-	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)))
+	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)) &&
+	    errno != EINPROGRESS)
 		return errno;
 	return 0;
 }
@@ -127,7 +133,13 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		errno = saved;
 		return ret;
 	}
-	if (ret) {	/* non-blocking: wait until it is connected */
+	if (ret) {
+		/*
+		 * Non-blocking: IWARP_MODE needs the TCP connection, so wait
+		 * for it here (one round trip); the MPA exchange then runs in
+		 * the background and the program, told EINPROGRESS as before,
+		 * sees POLLOUT when the stream is up (SO_ERROR if it failed).
+		 */
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 
 		if (poll(&p, 1, 30000) != 1) {
@@ -138,7 +150,6 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 			errno = err ? err : errno;
 			return -1;
 		}
-		saved = 0;
 	}
 	err = es_switch(fd, IWARP_MODE_ACTIVE);
 	if (err) {
@@ -146,7 +157,7 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		return -1;
 	}
 	errno = saved;
-	return 0;
+	return ret;
 }
 
 static int accepted(int fd)

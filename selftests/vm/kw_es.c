@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -501,6 +502,126 @@ TEST(responder_times_out)
 	r = set_mode(s, IWARP_MODE_PASSIVE);
 	EXPECT_EQ(r, -ETIMEDOUT);
 	EXPECT_LT(now() - t0, 12.0);
+	close(c);
+	close(s);
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) ? -errno : 0;
+}
+
+static int so_error(int fd)
+{
+	int e = -1;
+	socklen_t l = sizeof(e);
+
+	return getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) ? -errno : e;
+}
+
+/*
+ * A non-blocking IWARP_MODE returns EINPROGRESS at once; reads say EAGAIN
+ * until the stream is up; poll() reports POLLOUT when it is; then bytes
+ * flow as usual and SO_ERROR is 0.
+ */
+TEST(nonblocking_switch_completes_through_poll)
+{
+	struct pollfd p[2];
+	struct iwarp_info ic, is;
+	char b[8];
+	int c, s, r;
+
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(set_nonblock(c), 0);
+	ASSERT_EQ(set_nonblock(s), 0);
+	EXPECT_EQ(set_mode(c, IWARP_MODE_ACTIVE), -EINPROGRESS);
+	/* again while under way: already (or busy, or done by now) */
+	r = set_mode(c, IWARP_MODE_ACTIVE);
+	EXPECT_TRUE(r == -EALREADY || r == -EAGAIN || r == -EISCONN);
+	EXPECT_EQ(read(c, b, sizeof(b)), -1);
+	EXPECT_EQ(errno, EAGAIN);
+	EXPECT_EQ(set_mode(s, IWARP_MODE_PASSIVE), -EINPROGRESS);
+	p[0] = (struct pollfd){ .fd = c, .events = POLLOUT };
+	p[1] = (struct pollfd){ .fd = s, .events = POLLOUT };
+	ASSERT_EQ(poll(&p[0], 1, 15000), 1);
+	ASSERT_EQ(poll(&p[1], 1, 15000), 1);
+	EXPECT_TRUE(p[0].revents & POLLOUT);
+	EXPECT_FALSE(p[0].revents & POLLERR);
+	EXPECT_TRUE(p[1].revents & POLLOUT);
+	EXPECT_EQ(so_error(c), 0);
+	EXPECT_EQ(so_error(s), 0);
+	ASSERT_EQ(info(c, &ic), 0);
+	ASSERT_EQ(info(s, &is), 0);
+	EXPECT_EQ(ic.state, IWARP_STATE_RUN);
+	EXPECT_EQ(is.state, IWARP_STATE_RUN);
+	EXPECT_EQ(set_mode(c, IWARP_MODE_ACTIVE), -EISCONN);
+	EXPECT_EQ(read(c, b, sizeof(b)), -1);
+	EXPECT_EQ(errno, EAGAIN);
+	ASSERT_EQ(stream(c, s, 200000, 4000, 3000), 0);
+	ASSERT_EQ(stream(s, c, 200000, 5000, 7000), 0);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.tx_bytes, 200000);
+	EXPECT_EQ(ic.rx_bytes, 200000);
+	close(c);
+	close(s);
+}
+
+/*
+ * A non-blocking switch whose peer never answers: nothing is reported
+ * while it waits, and close() ends it at once (not after the MPA timeout).
+ */
+TEST(nonblocking_switch_silent_peer_then_close)
+{
+	struct pollfd p;
+	struct iwarp_info i;
+	double t0;
+	int c, s;
+
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(set_nonblock(s), 0);
+	EXPECT_EQ(set_mode(s, IWARP_MODE_PASSIVE), -EINPROGRESS);
+	p = (struct pollfd){ .fd = s, .events = POLLIN | POLLOUT };
+	EXPECT_EQ(poll(&p, 1, 500), 0);
+	ASSERT_EQ(info(s, &i), 0);
+	EXPECT_EQ(i.state, IWARP_STATE_STARTING);
+	t0 = now();
+	close(s);
+	note("close() during a background switch took %.2f s", now() - t0);
+	EXPECT_LT(now() - t0, 3.0);
+	close(c);
+}
+
+/*
+ * A non-blocking switch that fails (the peer sends bytes that are not an
+ * MPA frame): POLLERR, SO_ERROR says why, IWARP_INFO says DEAD.
+ */
+TEST(nonblocking_switch_failure_is_reported)
+{
+	char junk[64];
+	struct pollfd p;
+	struct iwarp_info i;
+	int c, s, e;
+
+	memset(junk, 'A', sizeof(junk));
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(set_nonblock(c), 0);
+	EXPECT_EQ(set_mode(c, IWARP_MODE_ACTIVE), -EINPROGRESS);
+	ASSERT_EQ(writen(s, junk, sizeof(junk)), 0);
+	p = (struct pollfd){ .fd = c, .events = POLLOUT };
+	ASSERT_EQ(poll(&p, 1, 15000), 1);
+	EXPECT_TRUE(p.revents & POLLERR);
+	e = so_error(c);
+	note("SO_ERROR after the failed switch: %d (%s)", e, strerror(e));
+	EXPECT_GT(e, 0);
+	ASSERT_EQ(info(c, &i), 0);
+	EXPECT_EQ(i.state, IWARP_STATE_DEAD);
+	EXPECT_EQ(send(c, "x", 1, MSG_NOSIGNAL), -1);
 	close(c);
 	close(s);
 }

@@ -516,10 +516,13 @@ struct kiwarp_cqe {
  *	setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode));
  *
  * The ULP may also be set on a listening socket: the connections accepted
- * from it wear it too. IWARP_MODE runs the MPA exchange on the connection
- * (blocking; -EAGAIN on an O_NONBLOCK socket while another thread does
- * it): AUTO is the MPA responder on a connection accepted from a listener
- * with the ULP and the initiator otherwise; ACTIVE and PASSIVE choose.
+ * from it wear it too. IWARP_MODE runs the MPA exchange on the connection:
+ * blocking on a blocking socket; on an O_NONBLOCK one it returns
+ * EINPROGRESS and the exchange runs in the background (reads and writes
+ * EAGAIN until done, then POLLOUT, or POLLERR and SO_ERROR on failure;
+ * EALREADY or EAGAIN while it runs). AUTO is the MPA responder on a
+ * connection accepted from a listener with the ULP and the initiator
+ * otherwise; ACTIVE and PASSIVE choose.
  * Both ends must switch. On failure the connection is shut down and the
  * error returned (ETIMEDOUT, ECONNREFUSED, EPROTO, ECONNRESET...); the
  * fd can then only be closed. There is no way back to plain TCP.
