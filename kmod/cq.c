@@ -272,13 +272,15 @@ int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited)
 		cq_signal(cq);
 	}
 	if (cq->notify)
-		cq->notify(cq->notify_arg);
+		cq->notify(cq->notify_arg, cqe);
 
 	spin_unlock_irqrestore(&cq->lock, flags);
 	return 0;
 }
 
-void kw_cq_set_notify(struct kw_cq *cq, void (*fn)(void *arg), void *arg)
+void kw_cq_set_notify(struct kw_cq *cq,
+		      void (*fn)(void *arg, const struct kiwarp_cqe *cqe),
+		      void *arg)
 {
 	unsigned long flags;
 

@@ -156,10 +156,11 @@ static DEFINE_MUTEX(es_ops_lock);
 static struct workqueue_struct *es_wq;
 
 /*
- * Host-wide counters, read by anyone in /sys/class/misc/kiwarp/es/ (as
- * /proc/net/snmp is): how many switches succeeded and failed, and the
- * stream bytes that went over iWARP. They let a test (or an administrator)
- * see that an unmodified program's bytes took iWARP, not TCP.
+ * Host-wide counters in /sys/class/misc/kiwarp/es/, readable by root only
+ * (they span network namespaces, so other users would see each other's
+ * traffic): how many switches succeeded and failed, and the stream bytes
+ * that went over iWARP. They let a test (or an administrator) see that an
+ * unmodified program's bytes took iWARP, not TCP.
  */
 static atomic64_t es_stat_switched, es_stat_failed;
 static atomic64_t es_stat_tx_bytes, es_stat_rx_bytes;
@@ -195,10 +196,33 @@ static void es_wake(struct sock *sk)
 }
 
 /* CQ notify: any context, cq->lock held. */
-static void es_notify(void *arg)
+/*
+ * CQ notify: any context, cq->lock held, for each CQE as it is produced.
+ *
+ * The receive buffer's window (kw_mr_window_*): the peer may Write only
+ * into what we advertised and it has not yet announced as DATA, rbuf from
+ * where the next DATA bytes are due. A DATA message closes its bytes here,
+ * as its Send is placed, before the receive path takes anything that
+ * follows it on the stream: a later Write over them (announced, maybe not
+ * yet read) is a base or bounds Terminate, nothing placed. The window
+ * grows in es_credit() before an advertisement goes out. A DATA length
+ * the peer had no right to (es_rx_msg() fails the stream for it) just
+ * empties the window.
+ */
+static void es_notify(void *arg, const struct kiwarp_cqe *cqe)
 {
 	struct kw_es *es = arg;
 
+	if (cqe->opcode == KIWARP_WR_RECV &&
+	    cqe->status == KIWARP_WC_SUCCESS &&
+	    cqe->byte_len == KW_RS_MSG_LEN) {
+		u32 slot = (u32)cqe->wr_id & (ES_RQ_ENTRIES - 1);
+		u32 msg = kw_rs_msg_decode(es->rslots + slot * KW_RS_MSG_LEN);
+
+		if (msg >> KW_RS_OP_SHIFT == KW_RS_OP_DATA)
+			kw_mr_window_move(es->rbuf_mr,
+					  msg & KW_RS_VAL_MASK, 0);
+	}
 	es_wake(es->sk);
 }
 
@@ -324,19 +348,6 @@ static void es_fail(struct kw_es *es, int err)
 	es->gen++;
 }
 
-/*
- * The peer may Write only into what we advertised and it has not yet
- * announced as DATA: rbuf from wr_off, adv_len bytes (modulo rbuf_size).
- * Anything else (over unread bytes, or into space not offered yet) is a
- * base or bounds Terminate from the receive path, not silently placed.
- * Grows before an advertisement goes out; shrinks when DATA is taken.
- */
-static void es_window(struct kw_es *es)
-{
-	lockdep_assert_held(&es->lock);
-	kw_mr_set_window(es->rbuf_mr, es->rs.wr_off, es->rs.adv_len);
-}
-
 /* A credit update, if one is due and there is room for it. */
 static void es_credit(struct kw_es *es)
 {
@@ -359,7 +370,9 @@ static void es_credit(struct kw_es *es)
 	}
 	es_post_msg(es, c.msg, ES_WR_CTRL);
 	kw_rs_credit_sent(&es->rs, &c);
-	es_window(es);		/* before the peer can see the advertisement */
+	/* the receive window grows before the peer can see the advert */
+	if (c.advert)
+		kw_mr_window_move(es->rbuf_mr, 0, es->rs.half);
 	if (es_doorbell(es))
 		es_fail(es, ECONNRESET);
 }
@@ -379,7 +392,6 @@ static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 						    slot * KW_RS_MSG_LEN));
 	switch (ev) {
 	case KW_RS_EV_DATA:
-		es_window(es);
 		es->rx_bytes += es->rs.readable - before;
 		atomic64_add(es->rs.readable - before, &es_stat_rx_bytes);
 		break;
@@ -892,7 +904,7 @@ static int es_alloc(struct kw_es *es)
 	es->rbuf_mr = kw_mr_get(mr.stag);
 	if (!es->rbuf_mr)
 		return -EINVAL;
-	kw_mr_set_window(es->rbuf_mr, 0, 0);	/* nothing until started */
+	kw_mr_window_set(es->rbuf_mr, 0, 0);	/* nothing until started */
 	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages, 1, ES_TO_BASE, &mr);
 	if (ret)
 		return ret;
@@ -941,7 +953,8 @@ static int es_alloc(struct kw_es *es)
 	ret = kw_rs_init(&es->rs, &cfg);
 	if (ret)
 		return ret;
-	es_window(es);		/* the first half, offered in the MPA exchange */
+	/* the first half, offered in the MPA exchange (see es_notify) */
+	kw_mr_window_set(es->rbuf_mr, 0, es->rs.adv_len);
 	/* every receive before the peer can send (rsockets does the same) */
 	for (i = 0; i < ES_RQ_ENTRIES; i++)
 		es_post_recv(es);
@@ -1044,10 +1057,10 @@ static int es_switch_mpa(struct kw_es *es, struct socket *sock,
 		return es_switch_fail(es, sock, ret);
 	es->result = kp.result;
 	es->state = ES_RUN;
-	atomic64_inc(&es_stat_switched);
 	/* our second half at once: it is also what unfences a responder */
 	es_credit(es);
 	es->gen++;
+	atomic64_inc(es->err ? &es_stat_failed : &es_stat_switched);
 	return es->err ? -es->err : 0;
 }
 
@@ -1063,13 +1076,16 @@ static void es_sw_work(struct work_struct *work)
 
 	mutex_lock(&es->lock);
 	ret = es_switch_mpa(es, es->sw_sock, es->sw_initiator);
+	/*
+	 * As a failed non-blocking connect(): SO_ERROR tells. Set before
+	 * the lock goes, so that whoever sees the DEAD state sees it too.
+	 */
+	if (ret)
+		WRITE_ONCE(es->sk->sk_err, -ret);
 	es->sw_busy = false;
 	mutex_unlock(&es->lock);
-	if (ret) {
-		/* as a failed non-blocking connect(): SO_ERROR tells */
-		WRITE_ONCE(es->sk->sk_err, -ret);
+	if (ret)
 		sk_error_report(es->sk);
-	}
 	es_wake(es->sk);
 }
 
@@ -1480,7 +1496,7 @@ static ssize_t name##_show(struct device *dev,				\
 	return sysfs_emit(buf, "%llu\n",				\
 			  (u64)atomic64_read(&es_stat_##name));		\
 }									\
-static DEVICE_ATTR_RO(name)
+static DEVICE_ATTR_ADMIN_RO(name)
 
 ES_STAT_ATTR(switched);
 ES_STAT_ATTR(failed);

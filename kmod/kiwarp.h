@@ -127,7 +127,7 @@ struct kw_mr {
 	struct kw_pd *pd;	/* only while in ctx->mrs; pd->users counts it */
 	struct work_struct release_work;	/* last put: unpin (may sleep) */
 	/*
-	 * A remote-write window (kw_mr_set_window), for kernel MRs whose
+	 * A remote-write window (kw_mr_window_*), for kernel MRs whose
 	 * owner advertises parts of them: win packs offset << 32 | length,
 	 * read in the receive path; win_on is set once, before the MR can
 	 * be reached by a peer, and never cleared.
@@ -155,9 +155,9 @@ struct kw_cq {
 	u32 *prod, *cons;	/* in mem */
 	struct kiwarp_cqe *ring;	/* in mem */
 	struct kw_ctx *ctx;
-	/* kernel consumer (es.c): called after each post, cq->lock held,
-	 * any context; set before the CQ's QP is connected */
-	void (*notify)(void *arg);
+	/* kernel consumer (es.c): called after each post with the CQE,
+	 * cq->lock held, any context; set before the CQ's QP is connected */
+	void (*notify)(void *arg, const struct kiwarp_cqe *cqe);
 	void *notify_arg;
 };
 
@@ -208,12 +208,14 @@ void kw_mr_access_end(struct kw_mr *mr);
 /* Fill the core's view of mr (validity, bounds, access, PD). */
 void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v);
 /*
- * Remote Writes to mr may land only in the ring interval [off, off + len)
- * modulo its length from now on (struct kw_mr_view's window). Any context;
- * the window is published in one store, so a segment is checked against
- * either the old window or the new one.
+ * Remote Writes to mr may land only in a ring interval of it (struct
+ * kw_mr_view's window). kw_mr_window_set() sets it to [off, off + len)
+ * modulo mr's length; kw_mr_window_move() takes the first take bytes off
+ * its start and adds give bytes at its end. Any context, atomic with each
+ * other: a segment is checked against the window before or after.
  */
-void kw_mr_set_window(struct kw_mr *mr, u32 off, u32 len);
+void kw_mr_window_set(struct kw_mr *mr, u32 off, u32 len);
+void kw_mr_window_move(struct kw_mr *mr, u32 take, u32 give);
 /* Copy to/from the pinned pages at byte offset off from mr->addr. The
  * caller has checked bounds. Safe in softirq (kmap_local_page). */
 void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len);
@@ -274,7 +276,9 @@ void kw_cq_destroy_all(struct kw_ctx *ctx);
 int kw_cq_post(struct kw_cq *cq, const struct kiwarp_cqe *cqe, bool solicited);
 /* Kernel consumers: a callback per CQE, and taking CQEs (1 or 0 if none)
  * from a CQ no user space maps; one consumer at a time. */
-void kw_cq_set_notify(struct kw_cq *cq, void (*fn)(void *arg), void *arg);
+void kw_cq_set_notify(struct kw_cq *cq,
+		      void (*fn)(void *arg, const struct kiwarp_cqe *cqe),
+		      void *arg);
 int kw_cq_poll_kernel(struct kw_cq *cq, struct kiwarp_cqe *cqe);
 
 /* ---- qp.c / cm.c (see qp.h) */

@@ -636,12 +636,25 @@ void kw_mr_view(struct kw_mr *mr, struct kw_mr_view *v)
 	}
 }
 
-void kw_mr_set_window(struct kw_mr *mr, u32 off, u32 len)
+void kw_mr_window_set(struct kw_mr *mr, u32 off, u32 len)
 {
 	atomic64_set(&mr->win, (u64)off << 32 | len);
 	/* pairs with kw_mr_view(): a windowed view sees a window */
 	if (!READ_ONCE(mr->win_on))
 		smp_store_release(&mr->win_on, true);
+}
+
+void kw_mr_window_move(struct kw_mr *mr, u32 take, u32 give)
+{
+	s64 old = atomic64_read(&mr->win);
+	u64 off, len;
+
+	do {
+		off = upper_32_bits(old);
+		len = lower_32_bits(old);
+		off = (off + min_t(u64, take, len)) % mr->len;
+		len = min_t(u64, len - min_t(u64, take, len) + give, mr->len);
+	} while (!atomic64_try_cmpxchg(&mr->win, &old, off << 32 | len));
 }
 
 /* Locate byte off of mr: page index and offset within that page. */

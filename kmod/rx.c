@@ -63,6 +63,9 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 		 * asked for: narrow the view the parser checks bounds against.
 		 */
 		v->access |= KW_ACC_REMOTE_WRITE;
+		/* a windowed MR (es.c's receive ring) is never a Read sink */
+		if (v->windowed)
+			return -ENOENT;
 		if (o.sink_to < mr->addr || o.len > mr->len ||
 		    o.sink_to - mr->addr > mr->len - o.len)
 			return -ENOENT;

@@ -31,7 +31,7 @@ ok() { n=$((n + 1)); passed=$((passed + 1)); echo "ok $n - $*"; }
 nok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
 cnt() { cat "$ST/$1" 2>/dev/null || echo -1; }
 snap() { s_sw=$(cnt switched); s_fail=$(cnt failed); s_tx=$(cnt tx_bytes); s_rx=$(cnt rx_bytes); }
-# after a run: the counters' deltas in d_sw d_fail d_tx d_rx
+# after a run: the counters' deltas in d_sw d_fail d_tx d_rx (before judging)
 delta() {
 	d_sw=$(( $(cnt switched) - s_sw )); d_fail=$(( $(cnt failed) - s_fail ))
 	d_tx=$(( $(cnt tx_bytes) - s_tx )); d_rx=$(( $(cnt rx_bytes) - s_rx ))
@@ -50,7 +50,6 @@ wrap() {
 judge_counters() {
 	local mode=$1 conns=$2 bytes=$3
 
-	delta
 	if [ "$mode" = iwarp ]; then
 		[ $d_sw -ge "$conns" ] && [ $d_fail -eq 0 ] &&
 		[ $d_tx -ge "$bytes" ] && [ $d_rx -ge "$bytes" ]
@@ -70,7 +69,7 @@ preload_ok() {
 }
 waitport() {
 	local i
-	for i in $(seq 100); do
+	for i in $(seq 300); do
 		ss -Hltn "sport = :$1" | grep -q . && return 0
 		sleep 0.1
 	done
@@ -94,7 +93,7 @@ for mode in $MODES; do
 		snap
 		timeout 120 $w iperf3 -s -1 -p $port > $W/is.log 2>&1 &
 		spid=$!
-		waitport $port
+		waitport $port || { nok "iperf3 $mode $dir: server not listening"; kill $spid; wait $spid; continue; }
 		preload_ok $spid $mode; pre=$?
 		timeout 120 $w iperf3 -c 127.0.0.1 -p $port -n 4M $dir --json > $W/ic.json 2> $W/ic.err
 		crc=$?
@@ -102,16 +101,17 @@ for mode in $MODES; do
 		src=$?
 		got=$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]; print(e["sum_sent"]["bytes"], e["sum_received"]["bytes"])' $W/ic.json 2>/dev/null)
 		lbl="iperf3 $mode ${dir:-(client sends)}: -n 4M"
-		# iperf3 -n: the receiving server reports what it had read when
-		# the client said the test ended (less, at times, even with no
-		# preload); the client (-R) reads it all. The counters show
-		# that all of it crossed iWARP.
+		# iperf3 -n is not exact, with or without the preload: the
+		# sender may go a block or more past it (seen on a slow guest),
+		# and the receiver reports what it had read when the test was
+		# said to end. The counters show that the bytes crossed iWARP.
 		sent=${got% *} rcvd=${got#* }
-		if [ $crc = 0 ] && [ $src = 0 ] && [ $pre = 0 ] && [ "$sent" = 4194304 ] &&
-		   [ "${rcvd:-0}" -gt 0 ] && [ "${rcvd:-0}" -le 4194304 ] &&
-		   { [ -z "$dir" ] || [ "$rcvd" = 4194304 ]; } &&
+		delta
+		if [ $crc = 0 ] && [ $src = 0 ] && [ $pre = 0 ] &&
+		   [ "${sent:-0}" -ge 4194304 ] && [ "${sent:-0}" -le 5242880 ] &&
+		   [ "${rcvd:-0}" -gt 0 ] && [ "${rcvd:-0}" -le "$sent" ] &&
 		   judge_counters $mode 4 4194304; then
-			ok "$lbl: 4194304 bytes sent, $rcvd counted by the receiver; $(counters)"
+			ok "$lbl: $sent bytes sent, $rcvd counted by the receiver; $(counters)"
 		else
 			nok "$lbl: client $crc, server $src, preload $pre, bytes '$got'; $(counters)"
 			tail -n 3 $W/ic.err $W/is.log | sed 's/^/#   /'
@@ -129,7 +129,7 @@ for mode in $MODES; do
 	snap
 	timeout 120 $w sockperf sr --tcp -i 127.0.0.1 -p $port > $W/ss.log 2>&1 &
 	spid=$!
-	waitport $port
+	waitport $port || { nok "sockperf $mode: server not listening"; kill $spid; wait $spid; continue; }
 	preload_ok $spid $mode; pre=$?
 	timeout 60 $w sockperf pp --tcp -i 127.0.0.1 -p $port -t 2 -m 64 > $W/pp.log 2>&1
 	prc=$?
@@ -139,6 +139,7 @@ for mode in $MODES; do
 	rx=$(sed -n 's/.*ReceivedMessages=\([0-9]*\).*/\1/p' $W/pp.log | head -n1)
 	clean=$(grep -c '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' $W/pp.log)
 	sent=$(sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' $W/tp.log | head -n1)
+	delta
 	if [ $prc = 0 ] && [ $trc = 0 ] && [ $pre = 0 ] && [ "${rx:-0}" -gt 0 ] && [ "$clean" -ge 1 ] &&
 	   [ "${sent:-0}" -gt 0 ] && judge_counters $mode 4 $((sent * 1400)); then
 		ok "sockperf $mode: ping-pong $rx replies (none dropped, duplicated or out of order), throughput $sent x 1400 B; $(counters)"
@@ -160,7 +161,7 @@ for mode in $MODES; do
 	timeout 180 $w redis-server --port $port --bind 127.0.0.1 --save '' \
 		--appendonly no --dir $W > $W/rs.log 2>&1 &
 	spid=$!
-	waitport $port
+	waitport $port || { nok "redis $mode: server not listening"; kill $spid; wait $spid; continue; }
 	preload_ok $spid $mode; pre=$?
 	timeout 120 $w redis-benchmark -p $port -n 1000 -c 10 -q -t set,get > $W/rb.log 2>&1
 	brc=$?
@@ -168,8 +169,9 @@ for mode in $MODES; do
 	timeout 30 $w redis-cli -p $port --raw get big 2>&1 | head -c -1 > $W/got
 	kill $spid 2>/dev/null; wait $spid 2>/dev/null
 	res=$(tr '\r' '\n' < $W/rb.log | grep -E '^(SET|GET): [0-9.]+ requests per second' | cut -d: -f1 | tr '\n' ' ')
+	delta
 	if [ $brc = 0 ] && [ $pre = 0 ] && [ "$res" = "SET GET " ] && grep -q OK $W/set.out &&
-	   cmp -s $W/val $W/got && judge_counters $mode 20 1000000; then
+	   cmp -s $W/val $W/got && judge_counters $mode 40 1000000; then
 		ok "redis $mode: redis-benchmark SET and GET x1000 over 10 connections, a 1333336-byte value back intact; $(counters)"
 	else
 		nok "redis $mode: preload $pre, benchmark $brc ('$res'), set '$(head -c 40 $W/set.out)', value $(cmp $W/val $W/got 2>&1 | head -n1); $(counters)"
@@ -195,6 +197,7 @@ for mode in $MODES; do
 	events { worker_connections 64; }
 	http {
 		access_log off; sendfile on; tcp_nopush on;
+		keepalive_requests 1000000;	# no reconnects within wrk's run
 		client_body_temp_path $W/ng; proxy_temp_path $W/ng;
 		fastcgi_temp_path $W/ng; uwsgi_temp_path $W/ng; scgi_temp_path $W/ng;
 		server { listen 127.0.0.1:$port; root $W/www; }
@@ -204,7 +207,7 @@ for mode in $MODES; do
 	snap
 	timeout 180 $w nginx -c $W/ng.conf -e $W/ng/error.log > $W/n.log 2>&1 &
 	spid=$!
-	waitport $port
+	waitport $port || { nok "nginx $mode: server not listening"; kill $spid; wait $spid; continue; }
 	preload_ok $spid $mode; pre=$?
 	rm -f $W/got.bin
 	timeout 60 $w curl -sS -o $W/got.bin http://127.0.0.1:$port/f.bin > $W/curl.log 2>&1
@@ -214,9 +217,10 @@ for mode in $MODES; do
 	kill $spid 2>/dev/null; wait $spid 2>/dev/null
 	reqs=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' $W/wrk.log)
 	bad=$(grep -c 'Non-2xx\|Socket errors' $W/wrk.log)
+	delta
 	if [ $crc = 0 ] && [ $pre = 0 ] && cmp -s $W/www/f.bin $W/got.bin && [ $wrc = 0 ] &&
 	   [ "${reqs:-0}" -gt 0 ] && [ "$bad" = 0 ] &&
-	   judge_counters $mode 4 3000000; then
+	   judge_counters $mode 10 3000000; then
 		ok "nginx $mode: curl fetched the 3000000-byte file intact (sendfile), wrk $reqs requests all 200; $(counters)"
 	else
 		nok "nginx $mode: preload $pre, curl $crc ($(cmp $W/www/f.bin $W/got.bin 2>&1 | head -n1)), wrk $wrc ($reqs requests, $bad error lines); $(counters)"

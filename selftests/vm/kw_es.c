@@ -561,6 +561,9 @@ TEST(nonblocking_switch_completes_through_poll)
 	EXPECT_EQ(set_mode(c, IWARP_MODE_ACTIVE), -EISCONN);
 	EXPECT_EQ(read(c, b, sizeof(b)), -1);
 	EXPECT_EQ(errno, EAGAIN);
+	/* stream() wants blocking writes */
+	ASSERT_EQ(fcntl(c, F_SETFL, fcntl(c, F_GETFL) & ~O_NONBLOCK), 0);
+	ASSERT_EQ(fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK), 0);
 	ASSERT_EQ(stream(c, s, 200000, 4000, 3000), 0);
 	ASSERT_EQ(stream(s, c, 200000, 5000, 7000), 0);
 	ASSERT_EQ(info(c, &ic), 0);

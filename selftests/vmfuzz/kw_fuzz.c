@@ -1176,34 +1176,44 @@ static void op_doorbell(struct th *t)
 }
 
 /* read()/poll() of the event channel: never blocks. */
+/*
+ * Close an op's own dup of a table fd, watched: when another thread closed
+ * the table's number meanwhile, this drops the last reference and runs the
+ * file's release (a context's teardown, a socket's close).
+ */
+static void close_dup(struct th *t, int tfd, int fd)
+{
+	begin(t, "close(dup %d of fd %d)", fd, tfd);
+	judge(t, close(fd) ? -errno : 0, 0);
+}
+
 static void op_events(struct th *t)
 {
 	uint32_t ev[8];
 	struct pollfd p;
-	int fd, ctx;
+	int fd, tfd, ctx;
 	size_t n;
 	long ret;
 
 	lock_tbl();
-	ctx = pick_ctx(t, &fd);
+	ctx = pick_ctx(t, &tfd);
 	/* our own number: the table's may be closed and reused meanwhile
 	 * by a blocking fd (see op_sock_oldfd) */
-	if (ctx >= 0)
-		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	fd = ctx >= 0 ? fcntl(tfd, F_DUPFD_CLOEXEC, 0) : -1;
 	unlock_tbl();
-	if (ctx < 0 || fd < 0)
+	if (fd < 0)
 		return;
 	p.fd = fd;
 	p.events = POLLIN;
-	begin(t, "poll(dev fd %d)", fd);
+	begin(t, "poll(dev fd %d, dup %d)", tfd, fd);
 	ret = poll(&p, 1, 0);
 	judge(t, ret < 0 ? -errno : 0, E(EINTR));
 	if (ret <= 0 || !(p.revents & POLLIN)) {
-		close(fd);
+		close_dup(t, tfd, fd);
 		return;
 	}
 	n = chance(&t->r, 90) ? 4 * (1 + rn(&t->r, 8)) : rn(&t->r, 40);
-	begin(t, "read(dev fd %d, %zu)", fd, n);
+	begin(t, "read(dev fd %d, dup %d, %zu)", tfd, fd, n);
 	/*
 	 * POLLIN said there is an event, but another thread may take it
 	 * first: never block (O_NONBLOCK is shared by the dups, fine).
@@ -1212,7 +1222,7 @@ static void op_events(struct th *t)
 	ret = read(fd, chance(&t->r, 5) ? NULL : ev, n);
 	judge(t, ret < 0 ? -errno : 0, E(EAGAIN) | E(EINVAL) | E(EFAULT) |
 	      E(EINTR) | E_FD);
-	close(fd);
+	close_dup(t, tfd, fd);
 }
 
 /* -------------------------------------------------------------- mmap */
@@ -1980,7 +1990,7 @@ static void op_sock_oldfd(struct th *t)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
 	char buf[256];
-	int i, fd, how, v = 1, pfd[2];
+	int i, fd, tfd, how, v = 1, pfd[2];
 	socklen_t sl = sizeof(v);
 	long ret = 0;
 
@@ -2014,7 +2024,8 @@ static void op_sock_oldfd(struct th *t)
 	 * fd (a pipe, a dev fd), on which a read would wait forever (the
 	 * likely cause of a CI hang on 6.1, a worker stuck past the run).
 	 */
-	fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	tfd = fd;
+	fd = fcntl(tfd, F_DUPFD_CLOEXEC, 0);
 	unlock_tbl();
 	if (fd < 0)
 		return;
@@ -2022,7 +2033,7 @@ static void op_sock_oldfd(struct th *t)
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	sin.sin_port = htons(1 + rn(&t->r, 65535));
 	memset(buf, 0xa5, sizeof(buf));
-	begin(t, "oldfd(fd %d, how %d)", fd, how);
+	begin(t, "oldfd(fd %d, dup %d, how %d)", tfd, fd, how);
 	switch (how) {
 	case 0:
 		ret = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -2098,7 +2109,7 @@ static void op_sock_oldfd(struct th *t)
 	}
 	/* plain socket API: any errno is its business, only count it */
 	judge(t, ret < 0 ? -errno : 0, ~(emask)0);
-	close(fd);
+	close_dup(t, tfd, fd);
 }
 
 /* LISTEN on loopback / any / odd addresses. */
