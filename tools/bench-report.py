@@ -25,6 +25,7 @@ raw, out, vmrc, accel, siw_ko = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.
 rows = [json.loads(line) for line in open(raw) if line.strip()]
 perf = [r for r in rows if "transport" in r]
 scale = [r for r in rows if "scale" in r]
+esr = [r for r in rows if "es" in r]
 ALL_PATHS = ("lo", "lo1500", "veth1500", "veth9000", "lo-crc")
 PATHS = [p for p in ALL_PATHS if any(r["path"] == p for r in rows)]
 PATH_NAME = {"lo": "loopback (MTU 65536)", "lo1500": "loopback with MTU 1500",
@@ -187,6 +188,55 @@ for path in [p for p in ("lo", "lo1500", "veth1500") if p in PATHS]:
         target("connection setup rate vs siw (%s)" % t, path, k / siw if k and siw else None, 1.0)
 
 # ---------------------------------------------------------------- output
+# ---------------------------------------------------------------- extended sockets
+# rstream -T s over TCP and under kiwarp-run --iwarp, rstream on rsockets
+# over siw; sockperf ping-pong plain and under kiwarp-run (passthrough).
+es_samples = {}
+
+
+def es_sz(n):
+    return "%d KiB" % (n // 1024) if n >= 1024 else "%d B" % n
+
+
+for r in esr:
+    e = r["es"]
+    if e.get("status") != "ok" or e.get("value") is None:
+        failed.append(r)
+        continue
+    k = (r["path"], e["test"], e["mode"], e["size"], e["transport"])
+    es_samples.setdefault(k, []).append(e["value"])
+es_table = []
+for path in PATHS:
+    for test, mode, size in (("stream", "bw", 65536), ("stream", "lat", 64), ("preload", "lat", 64)):
+        v = {t: med(es_samples.get((path, test, mode, size, t), []))
+             for t in ("kiwarp", "tcp", "siw", "preload")}
+        if not any(v.values()):
+            continue
+        lat = mode == "lat"
+        e = {"path": path, "test": test, "mode": mode, "size": size,
+             "unit": "usec" if lat else "MB/s", "values": v}
+        if test == "stream":
+            e["kiwarp_vs_tcp"] = ratio(v["kiwarp"], v["tcp"], lat)
+            e["kiwarp_vs_siw"] = ratio(v["kiwarp"], v["siw"], lat)
+        else:
+            e["overhead_pct"] = (100.0 * (v["preload"] - v["tcp"]) / v["tcp"]
+                                 if v["preload"] and v["tcp"] else None)
+        es_table.append(e)
+        if test == "stream":
+            targets.append({"what": "IWARP_MODE stream vs TCP, %s %s" % (mode, es_sz(size)),
+                            "path": path, "value": e["kiwarp_vs_tcp"],
+                            "target": ">= 1.0" if not lat else ">= 0.91 (latency <= 1.1x)",
+                            "met": None if e["kiwarp_vs_tcp"] is None else
+                            e["kiwarp_vs_tcp"] >= (1.0 if not lat else 1 / 1.1)})
+            if v["siw"]:
+                targets.append({"what": "IWARP_MODE stream vs rsockets on siw, %s %s" %
+                                (mode, es_sz(size)), "path": path, "value": e["kiwarp_vs_siw"],
+                                "target": "> 1.0", "met": e["kiwarp_vs_siw"] > 1.0})
+        else:
+            targets.append({"what": "kiwarp-run passthrough overhead, sockperf 64 B, %",
+                            "path": path, "value": e["overhead_pct"], "target": "<= 2",
+                            "met": None if e["overhead_pct"] is None else e["overhead_pct"] <= 2})
+
 try:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
@@ -200,7 +250,8 @@ doc = {"date": date, "accel": accel, "git": rev, "host": platform.node(), "siw_k
                "(bw: kiwarp/other; latency: other/kiwarp); bw in MB/s (10^6 B/s), latency "
                "typical (median) usec; CPU in seconds per GB moved; absolute numbers "
                "under TCG are not meaningful",
-       "results": table, "scale": sc, "targets": targets, "failed": failed, "raw": rows}
+       "results": table, "scale": sc, "es": es_table, "targets": targets, "failed": failed,
+       "raw": rows}
 json.dump(doc, open(os.path.join(out, "bench.json"), "w"), indent=1)
 
 
@@ -303,8 +354,32 @@ if sc:
         md.append("|---|---:|---:|")
         for t, k, s in mem:
             md.append("| %s | %s | %s |" % (t, f(k), f(s)))
+if es_table:
+    md.append("")
+    md.append("## Extended sockets (issue 9)")
+    md.append("")
+    md.append("One unmodified program, three transports: rdma-core's `rstream -T s -T b` over "
+              "TCP and under `kiwarp-run --iwarp` (an IWARP_MODE stream), and `rstream -T b` "
+              "on rsockets over siw; 64 KiB writes (MB/s) and 64 B ping-pong (usec per "
+              "transfer). The preload's cost to a program that does not switch: `sockperf pp` "
+              "64 B, average latency, plain and under `kiwarp-run` without `--iwarp`. Medians "
+              "of the interleaved repeats.")
+    md.append("")
+    md.append("| path | test | IWARP_MODE | TCP | rsockets/siw | kiwarp/TCP | kiwarp/siw |")
+    md.append("|---|---|---:|---:|---:|---:|---:|")
+    for e in es_table:
+        v = e["values"]
+        if e["test"] == "stream":
+            md.append("| %s | stream %s %s (%s) | %s | %s | %s | %s | %s |" % (
+                e["path"], e["mode"], size_s(e["size"]), e["unit"], f(v["kiwarp"], 1),
+                f(v["tcp"], 1), f(v["siw"], 1), f(e["kiwarp_vs_tcp"], 2),
+                f(e["kiwarp_vs_siw"], 2)))
+        else:
+            md.append("| %s | sockperf pp 64 B, plain vs under kiwarp-run (usec) | %s | %s | - | "
+                      "overhead %s %% | - |" % (e["path"], f(v["preload"], 2), f(v["tcp"], 2),
+                                                 f(e["overhead_pct"], 1)))
 md.append("")
-md.append("## Targets (issue 11)")
+md.append("## Targets (issues 9 and 11)")
 md.append("")
 md.append("| what | path | this run | target | met |")
 md.append("|---|---|---:|---|---|")
@@ -314,7 +389,9 @@ for t in targets:
 if failed:
     md.append("")
     md.append("%d failed samples (excluded; see logs/): %s" % (len(failed), ", ".join(
-        "%s/%s/%s/%s/%s" % (r.get("path"), r.get("transport", "scale"), r.get("op", r.get("scale", {}).get("tag")),
+        "%s/%s/%s/%s/%s" % (r.get("path"), r.get("transport", "es" if "es" in r else "scale"),
+                            r.get("op", r["es"].get("test") + "-" + r["es"].get("transport")
+                                  if "es" in r else r.get("scale", {}).get("tag")),
                             r.get("mode", ""), r.get("size", "")) for r in failed[:20])))
 
 # ---------------------------------------------------------------- plots
