@@ -292,13 +292,24 @@ void kw_cq_set_notify(struct kw_cq *cq,
 
 int kw_cq_poll_kernel(struct kw_cq *cq, struct kiwarp_cqe *cqe)
 {
-	/* pairs with the store-release of prod in kw_cq_post() */
-	u32 prod = smp_load_acquire(cq->prod), cons = *cq->cons;
+	unsigned long flags;
+	u32 prod, cons;
+	int ret = 0;
 
-	if (prod == cons)
-		return 0;
-	*cqe = cq->ring[cons & (cq->entries - 1)];
-	/* the slot is free again: pairs with the acquire in kw_cq_post() */
-	smp_store_release(cq->cons, cons + 1);
-	return 1;
+	/*
+	 * Under cq->lock: a CQE is taken only once kw_cq_post() is done with
+	 * it, notify included (es.c moves its receive window there before
+	 * the consumer may act on the completion).
+	 */
+	spin_lock_irqsave(&cq->lock, flags);
+	prod = smp_load_acquire(cq->prod);
+	cons = *cq->cons;
+	if (prod != cons) {
+		*cqe = cq->ring[cons & (cq->entries - 1)];
+		/* the slot is free again: pairs with kw_cq_post()'s acquire */
+		smp_store_release(cq->cons, cons + 1);
+		ret = 1;
+	}
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return ret;
 }

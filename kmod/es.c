@@ -122,7 +122,9 @@ struct kw_es {
 
 	/* a non-blocking IWARP_MODE: the MPA exchange runs in sw_work */
 	struct work_struct sw_work;
+	struct delayed_work sw_deadline;	/* shuts the socket down */
 	struct socket *sw_sock;
+	kuid_t sw_uid;		/* charged (es_bg_charge) while busy */
 	bool sw_initiator;
 	bool sw_busy;		/* queued or running; es_release() waits */
 };
@@ -154,6 +156,52 @@ struct es_ops {
 static struct es_ops es_ops[2];
 static DEFINE_MUTEX(es_ops_lock);
 static struct workqueue_struct *es_wq;
+
+/*
+ * Background switches, per user: each holds a kiwarp_es worker for up to
+ * es_switch_deadline_ms. A user with ES_BG_PER_USER under way switches the
+ * next one in its own thread (blocking), so one user's silent peers cannot
+ * keep the shared workers from everybody else.
+ */
+#define ES_BG_PER_USER		64
+static unsigned int es_switch_deadline_ms = 30000;	/* queue, Request, Reply */
+module_param(es_switch_deadline_ms, uint, 0644);
+MODULE_PARM_DESC(es_switch_deadline_ms,
+		 "longest a non-blocking IWARP_MODE may take, in ms (default 30000)");
+static DEFINE_MUTEX(es_bg_lock);
+static DEFINE_XARRAY(es_bg_users);	/* uid -> xa_mk_value(count) */
+
+static bool es_bg_charge(kuid_t uid)
+{
+	unsigned long n;
+	void *old;
+	bool ok;
+
+	mutex_lock(&es_bg_lock);
+	old = xa_load(&es_bg_users, __kuid_val(uid));
+	n = old ? xa_to_value(old) : 0;
+	ok = n < ES_BG_PER_USER &&
+	     !xa_err(xa_store(&es_bg_users, __kuid_val(uid), xa_mk_value(n + 1),
+			      GFP_KERNEL));
+	mutex_unlock(&es_bg_lock);
+	return ok;
+}
+
+static void es_bg_uncharge(kuid_t uid)
+{
+	unsigned long n;
+	void *old;
+
+	mutex_lock(&es_bg_lock);
+	old = xa_load(&es_bg_users, __kuid_val(uid));
+	n = old ? xa_to_value(old) : 0;
+	if (WARN_ON_ONCE(!n) || n == 1)
+		xa_erase(&es_bg_users, __kuid_val(uid));
+	else	/* replaces an existing entry: allocates nothing */
+		xa_store(&es_bg_users, __kuid_val(uid), xa_mk_value(n - 1),
+			 GFP_KERNEL);
+	mutex_unlock(&es_bg_lock);
+}
 
 /*
  * Host-wide counters in /sys/class/misc/kiwarp/es/, readable by root only
@@ -787,9 +835,15 @@ static int es_shutdown(struct socket *sock, int how)
 	how++;	/* SHUT_RD 0 -> RCV_SHUTDOWN 1, as inet_shutdown() */
 	if ((how & ~SHUTDOWN_MASK) || !how)
 		return -EINVAL;
-	ret = mutex_lock_interruptible(&es->lock);
-	if (ret)
-		return ret;
+	if (!mutex_trylock(&es->lock)) {
+		/* a switch under way: no stream to shut down half of; end
+		 * the exchange (which holds the lock) instead of waiting */
+		if (READ_ONCE(es->state) == ES_STARTING)
+			es_orig(sock)->shutdown(sock, SHUT_RDWR);
+		ret = mutex_lock_interruptible(&es->lock);
+		if (ret)
+			return ret;
+	}
 	gen0 = es->gen;
 	if (es->state != ES_RUN) {
 		ret = -ENOTCONN;
@@ -1084,9 +1138,26 @@ static void es_sw_work(struct work_struct *work)
 		WRITE_ONCE(es->sk->sk_err, -ret);
 	es->sw_busy = false;
 	mutex_unlock(&es->lock);
+	cancel_delayed_work(&es->sw_deadline);	/* es_release() syncs */
+	es_bg_uncharge(es->sw_uid);
 	if (ret)
 		sk_error_report(es->sk);
 	es_wake(es->sk);
+}
+
+/*
+ * A background switch still under way at its deadline: shut the socket
+ * down, which ends any wait of the exchange whatever timeouts the user set
+ * on the socket meanwhile (and fails a switch still queued when it runs).
+ * es_release() cancels us before the socket goes.
+ */
+static void es_sw_deadline(struct work_struct *work)
+{
+	struct kw_es *es = container_of(to_delayed_work(work), struct kw_es,
+					sw_deadline);
+
+	if (READ_ONCE(es->state) == ES_STARTING)
+		es_ops_of(es->sk)->orig->shutdown(es->sw_sock, SHUT_RDWR);
 }
 
 /* ----------------------------------------------------------- options */
@@ -1115,6 +1186,7 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 {
 	struct kw_es *es = es_of(sock->sk);
 	bool nonblock, initiator;
+	kuid_t uid = current_uid();
 	int val, ret;
 
 	if (level != SOL_IWARP)
@@ -1128,6 +1200,8 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return -EINVAL;
 	if (copy_from_sockptr(&val, optval, sizeof(val)))
 		return -EFAULT;
+	if (READ_ONCE(es->state) == ES_STARTING)
+		return -EALREADY;	/* (its worker may hold the lock) */
 	nonblock = sock->file && (sock->file->f_flags & O_NONBLOCK);
 	if (nonblock) {
 		if (!mutex_trylock(&es->lock))
@@ -1138,12 +1212,16 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 			return ret;
 	}
 	ret = es_switch_begin(es, sock, val, &initiator);
-	if (!ret && nonblock) {
+	if (!ret && nonblock && es_bg_charge(uid)) {
 		/* done in the background: poll() and SO_ERROR tell the end */
 		es->sw_sock = sock;
+		es->sw_uid = uid;
 		es->sw_initiator = initiator;
 		es->sw_busy = true;
 		queue_work(es_wq, &es->sw_work);
+		queue_delayed_work(system_wq, &es->sw_deadline,
+				   msecs_to_jiffies(clamp(READ_ONCE(es_switch_deadline_ms),
+							  100U, 600000U)));
 		ret = -EINPROGRESS;
 	} else if (!ret) {
 		ret = es_switch_mpa(es, sock, initiator);
@@ -1236,7 +1314,7 @@ static int es_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	case SIOCINQ:	/* FIONREAD: bytes a read() would return now */
 	case SIOCOUTQ:	/* bytes written, not yet completed */
 		if (!es_lock_brief(es))
-			return -EAGAIN;
+			return put_user(0, (int __user *)arg);	/* switching */
 		es_process(es);
 		n = cmd == SIOCINQ ? es->rs.readable : es->sb_head - es->sb_tail;
 		mutex_unlock(&es->lock);
@@ -1251,7 +1329,17 @@ static int es_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 static int es_connect(struct socket *sock, kw_sockaddr_arg *a, int len,
 		      int flags)
 {
-	return -EISCONN;
+	struct kw_es *es = es_of(sock->sk);
+
+	/* as a connect() again after a non-blocking one */
+	switch (READ_ONCE(es->state)) {
+	case ES_STARTING:
+		return -EALREADY;
+	case ES_DEAD:
+		return -READ_ONCE(es->err) ?: -ECONNRESET;
+	default:
+		return -EISCONN;
+	}
 }
 
 static int es_listen(struct socket *sock, int backlog)
@@ -1313,9 +1401,21 @@ static int es_release(struct socket *sock)
 	 * before the shutdown, the new stream ends abruptly, which is all a
 	 * close of a stream nobody could have written to yet loses.
 	 */
-	if (READ_ONCE(es->sw_busy) && READ_ONCE(es->state) == ES_STARTING)
-		orig->shutdown(sock, SHUT_RDWR);
-	flush_work(&es->sw_work);
+	if (READ_ONCE(es->sw_busy)) {
+		if (READ_ONCE(es->state) == ES_STARTING)
+			orig->shutdown(sock, SHUT_RDWR);
+		/* one still queued (all workers busy) never runs: fail it
+		 * here instead of waiting for a worker */
+		if (cancel_work_sync(&es->sw_work)) {
+			mutex_lock(&es->lock);
+			if (es->state == ES_STARTING)
+				es_switch_fail(es, sock, -ECONNRESET);
+			es->sw_busy = false;
+			mutex_unlock(&es->lock);
+			es_bg_uncharge(es->sw_uid);
+		}
+	}
+	cancel_delayed_work_sync(&es->sw_deadline);
 
 	mutex_lock(&es->lock);
 	if (es->state == ES_RUN) {
@@ -1406,6 +1506,7 @@ static struct kw_es *es_new(struct sock *sk, gfp_t gfp)
 	es->sk = sk;
 	mutex_init(&es->lock);
 	INIT_WORK(&es->sw_work, es_sw_work);
+	INIT_DELAYED_WORK(&es->sw_deadline, es_sw_deadline);
 	es->state = ES_ATTACHED;
 	return es;
 }

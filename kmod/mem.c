@@ -646,15 +646,18 @@ void kw_mr_window_set(struct kw_mr *mr, u32 off, u32 len)
 
 void kw_mr_window_move(struct kw_mr *mr, u32 take, u32 give)
 {
+	/* windowed MRs are small kernel buffers: u32 arithmetic */
+	u32 size = min_t(u64, mr->len, SZ_1G);
 	s64 old = atomic64_read(&mr->win);
-	u64 off, len;
+	u32 off, len, t;
 
 	do {
 		off = upper_32_bits(old);
 		len = lower_32_bits(old);
-		off = (off + min_t(u64, take, len)) % mr->len;
-		len = min_t(u64, len - min_t(u64, take, len) + give, mr->len);
-	} while (!atomic64_try_cmpxchg(&mr->win, &old, off << 32 | len));
+		t = min(take, len);
+		off = (off + t) % size;	/* both below 2^30 */
+		len = min_t(u64, (u64)len - t + give, size);
+	} while (!atomic64_try_cmpxchg(&mr->win, &old, (u64)off << 32 | len));
 }
 
 /* Locate byte off of mr: page index and offset within that page. */

@@ -12,10 +12,11 @@
  *
  * A connection that cannot be switched is closed and the call fails with
  * the switch's errno (both ends must run under kiwarp-run --iwarp). A
- * non-blocking connect() in progress is waited for (poll, 30 s) and then
- * switched, so it returns 0 or fails: the program sees a connect that
- * completed at once. errno is preserved on success; the real functions are
- * found once with dlsym(RTLD_NEXT), in the constructor.
+ * non-blocking socket switches in the background: accept returns it at
+ * once, and a non-blocking connect() (its TCP handshake waited for here,
+ * poll, 30 s) says EINPROGRESS; POLLOUT then means the iWARP stream is up,
+ * SO_ERROR says why it is not. errno is preserved on success; the real
+ * functions are found once with dlsym(RTLD_NEXT), in the constructor.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -101,20 +102,23 @@ static int wanted(int fd, int port)
  * done, reads and writes say EAGAIN and poll() reports nothing, so an
  * event loop is never held up by a slow or silent peer.
  */
-static int es_switch(int fd, int mode)
+static int es_switch(int fd, int mode, int *inprogress)
 {
+	*inprogress = 0;
 	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1) && errno != EEXIST)
 		return errno;
-	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)) &&
-	    errno != EINPROGRESS)
-		return errno;
+	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode))) {
+		if (errno != EINPROGRESS)
+			return errno;
+		*inprogress = 1;
+	}
 	return 0;
 }
 
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	int saved = errno, ret, err = 0, want;
+	int entry = errno, saved = errno, ret, err = 0, want, inprog;
 	socklen_t el = sizeof(err);
 
 	if (!real_connect)	/* called before our constructor ran */
@@ -151,27 +155,37 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 			return -1;
 		}
 	}
-	err = es_switch(fd, IWARP_MODE_ACTIVE);
+	err = es_switch(fd, IWARP_MODE_ACTIVE, &inprog);
 	if (err) {
 		errno = err;
 		return -1;
 	}
-	errno = saved;
-	return ret;
+	/*
+	 * Still under way: EINPROGRESS, as a non-blocking connect says (also
+	 * for one that connected at once). Done: 0, even for a blocking
+	 * connect that gave up with EINPROGRESS (SO_SNDTIMEO) and was waited
+	 * for here.
+	 */
+	if (inprog) {
+		errno = EINPROGRESS;
+		return -1;
+	}
+	errno = entry;
+	return 0;
 }
 
 static int accepted(int fd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	int saved = errno, err;
+	int saved = errno, err, inprog;
 
 	if (fd < 0 || getsockname(fd, (void *)&ss, &len) ||
 	    !wanted(fd, port_of((void *)&ss))) {
 		errno = saved;
 		return fd;
 	}
-	err = es_switch(fd, IWARP_MODE_PASSIVE);
+	err = es_switch(fd, IWARP_MODE_PASSIVE, &inprog);
 	if (err) {
 		close(fd);
 		errno = err;

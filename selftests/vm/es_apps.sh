@@ -230,5 +230,6 @@ for mode in $MODES; do
 done
 
 echo "1..$n"
+echo "# es_apps ($MODES): $SECONDS s"
 echo "# $passed passed, $failed failed"
 [ $failed = 0 ]

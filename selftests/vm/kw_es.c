@@ -629,6 +629,56 @@ TEST(nonblocking_switch_failure_is_reported)
 	close(s);
 }
 
+/*
+ * A background switch cannot be held forever: the peer sends half an MPA
+ * header and stops, and the switching side sets SO_RCVTIMEO to 0 (wait
+ * forever) and SO_SNDTIMEO too, after the switch started. The deadline
+ * (module parameter es_switch_deadline_ms, 2 s here) still ends it.
+ */
+TEST(nonblocking_switch_deadline_beats_socket_timeouts)
+{
+	static const char *param = "/sys/module/kiwarp/parameters/es_switch_deadline_ms";
+	struct timeval never = { 0, 0 };
+	char old[32] = "30000";
+	struct pollfd p;
+	double t0, took;
+	FILE *f;
+	int c, s;
+
+	f = fopen(param, "r");
+	ASSERT_TRUE(f != NULL);
+	if (!fgets(old, sizeof(old), f))
+		strcpy(old, "30000");
+	fclose(f);
+	f = fopen(param, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("2000", f);
+	fclose(f);
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(set_nonblock(s), 0);
+	t0 = now();
+	EXPECT_EQ(set_mode(s, IWARP_MODE_PASSIVE), -EINPROGRESS);
+	usleep(500 * 1000);	/* after the exchange set its own timeouts */
+	ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &never, sizeof(never)), 0);
+	ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &never, sizeof(never)), 0);
+	ASSERT_EQ(writen(c, "MPA ID Req", 10), 0);	/* half a header */
+	p = (struct pollfd){ .fd = s, .events = POLLOUT };
+	ASSERT_EQ(poll(&p, 1, 30000), 1);
+	took = now() - t0;
+	note("switch ended after %.2f s, SO_ERROR %d", took, so_error(s));
+	EXPECT_TRUE(p.revents & POLLERR);
+	EXPECT_LT(took, 8.0);
+	EXPECT_GT(took, 1.5);
+	f = fopen(param, "w");
+	if (f) {
+		fputs(old, f);
+		fclose(f);
+	}
+	close(c);
+	close(s);
+}
+
 /* close() with unread data resets the connection, as TCP does. */
 TEST(close_with_unread_data_resets)
 {
