@@ -243,7 +243,6 @@ static void es_wake(struct sock *sk)
 	rcu_read_unlock();
 }
 
-/* CQ notify: any context, cq->lock held. */
 /*
  * CQ notify: any context, cq->lock held, for each CQE as it is produced.
  *
