@@ -53,41 +53,17 @@ static int kernel_cm_allowed(void)
 	return -EPERM;
 }
 
-static DEFINE_MUTEX(kw_user_socks_lock);
-static DEFINE_XARRAY(kw_user_socks);	/* uid -> xa_mk_value(count) */
+static struct kw_ucount kw_user_socks = KW_UCOUNT_INIT(kw_user_socks);
 
+/* Kernel sockets of a user: as many as its RLIMIT_NOFILE allows. */
 static int user_sock_charge(kuid_t uid)
 {
-	unsigned long n, limit = rlimit(RLIMIT_NOFILE);
-	void *old;
-	int ret;
-
-	mutex_lock(&kw_user_socks_lock);
-	old = xa_load(&kw_user_socks, __kuid_val(uid));
-	n = old ? xa_to_value(old) : 0;
-	if (n >= limit)
-		ret = -EMFILE;
-	else
-		ret = xa_err(xa_store(&kw_user_socks, __kuid_val(uid),
-				      xa_mk_value(n + 1), GFP_KERNEL_ACCOUNT));
-	mutex_unlock(&kw_user_socks_lock);
-	return ret;
+	return kw_ucount_charge(&kw_user_socks, uid, rlimit(RLIMIT_NOFILE));
 }
 
 static void user_sock_uncharge(kuid_t uid)
 {
-	unsigned long n;
-	void *old;
-
-	mutex_lock(&kw_user_socks_lock);
-	old = xa_load(&kw_user_socks, __kuid_val(uid));
-	n = old ? xa_to_value(old) : 0;
-	if (WARN_ON_ONCE(!n) || n == 1)
-		xa_erase(&kw_user_socks, __kuid_val(uid));
-	else	/* replaces an existing entry: allocates nothing */
-		xa_store(&kw_user_socks, __kuid_val(uid), xa_mk_value(n - 1),
-			 GFP_KERNEL);
-	mutex_unlock(&kw_user_socks_lock);
+	kw_ucount_uncharge(&kw_user_socks, uid);
 }
 
 /* A new TCP socket of the calling user, charged to it. */
@@ -1655,6 +1631,5 @@ void kw_cm_listen_destroy_all(struct kw_ctx *ctx)
 /* Module exit: every socket was given back with its file. */
 void kw_cm_exit(void)
 {
-	WARN_ON(!xa_empty(&kw_user_socks));
-	xa_destroy(&kw_user_socks);
+	kw_ucount_destroy(&kw_user_socks);
 }

@@ -124,7 +124,7 @@ struct kw_es {
 	struct work_struct sw_work;
 	struct delayed_work sw_deadline;	/* shuts the socket down */
 	struct socket *sw_sock;
-	kuid_t sw_uid;		/* charged (es_bg_charge) while busy */
+	kuid_t sw_uid;		/* charged (es_bg_users) while busy */
 	bool sw_initiator;
 	bool sw_busy;		/* queued or running; es_release() waits */
 };
@@ -168,40 +168,7 @@ static unsigned int es_switch_deadline_ms = 30000;	/* queue, Request, Reply */
 module_param(es_switch_deadline_ms, uint, 0644);
 MODULE_PARM_DESC(es_switch_deadline_ms,
 		 "longest a non-blocking IWARP_MODE may take, in ms (default 30000)");
-static DEFINE_MUTEX(es_bg_lock);
-static DEFINE_XARRAY(es_bg_users);	/* uid -> xa_mk_value(count) */
-
-static bool es_bg_charge(kuid_t uid)
-{
-	unsigned long n;
-	void *old;
-	bool ok;
-
-	mutex_lock(&es_bg_lock);
-	old = xa_load(&es_bg_users, __kuid_val(uid));
-	n = old ? xa_to_value(old) : 0;
-	ok = n < ES_BG_PER_USER &&
-	     !xa_err(xa_store(&es_bg_users, __kuid_val(uid), xa_mk_value(n + 1),
-			      GFP_KERNEL));
-	mutex_unlock(&es_bg_lock);
-	return ok;
-}
-
-static void es_bg_uncharge(kuid_t uid)
-{
-	unsigned long n;
-	void *old;
-
-	mutex_lock(&es_bg_lock);
-	old = xa_load(&es_bg_users, __kuid_val(uid));
-	n = old ? xa_to_value(old) : 0;
-	if (WARN_ON_ONCE(!n) || n == 1)
-		xa_erase(&es_bg_users, __kuid_val(uid));
-	else	/* replaces an existing entry: allocates nothing */
-		xa_store(&es_bg_users, __kuid_val(uid), xa_mk_value(n - 1),
-			 GFP_KERNEL);
-	mutex_unlock(&es_bg_lock);
-}
+static struct kw_ucount es_bg_users = KW_UCOUNT_INIT(es_bg_users);
 
 /*
  * Host-wide counters in /sys/class/misc/kiwarp/es/, readable by root only
@@ -1138,7 +1105,7 @@ static void es_sw_work(struct work_struct *work)
 	es->sw_busy = false;
 	mutex_unlock(&es->lock);
 	cancel_delayed_work(&es->sw_deadline);	/* es_release() syncs */
-	es_bg_uncharge(es->sw_uid);
+	kw_ucount_uncharge(&es_bg_users, es->sw_uid);
 	if (ret)
 		sk_error_report(es->sk);
 	es_wake(es->sk);
@@ -1211,7 +1178,8 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 			return ret;
 	}
 	ret = es_switch_begin(es, sock, val, &initiator);
-	if (!ret && nonblock && es_bg_charge(uid)) {
+	if (!ret && nonblock && !kw_ucount_charge(&es_bg_users, uid,
+						   ES_BG_PER_USER)) {
 		/* done in the background: poll() and SO_ERROR tell the end */
 		es->sw_sock = sock;
 		es->sw_uid = uid;
@@ -1411,7 +1379,7 @@ static int es_release(struct socket *sock)
 				es_switch_fail(es, sock, -ECONNRESET);
 			es->sw_busy = false;
 			mutex_unlock(&es->lock);
-			es_bg_uncharge(es->sw_uid);
+			kw_ucount_uncharge(&es_bg_users, es->sw_uid);
 		}
 	}
 	cancel_delayed_work_sync(&es->sw_deadline);
@@ -1635,4 +1603,5 @@ void kw_es_exit(void)
 {
 	tcp_unregister_ulp(&es_ulp_ops);
 	destroy_workqueue(es_wq);	/* empty: each socket waited for its own */
+	kw_ucount_destroy(&es_bg_users);
 }

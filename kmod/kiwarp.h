@@ -300,6 +300,21 @@ void kw_cm_listen_destroy_all(struct kw_ctx *ctx);
 int kw_qp_init(void);
 void kw_qp_exit(void);
 
+/* ---- ucount.c: per-user counts with a limit */
+struct kw_ucount {
+	struct mutex lock;
+	struct xarray xa;	/* uid -> xa_mk_value(count), non-zero only */
+};
+#define KW_UCOUNT_INIT(name) {						\
+	.lock = __MUTEX_INITIALIZER((name).lock),			\
+	.xa = XARRAY_INIT((name).xa, 0),				\
+}
+/* 0, -EMFILE at the limit, or -ENOMEM. */
+int kw_ucount_charge(struct kw_ucount *uc, kuid_t uid, unsigned long limit);
+void kw_ucount_uncharge(struct kw_ucount *uc, kuid_t uid);
+/* Module exit: every charge was given back. */
+void kw_ucount_destroy(struct kw_ucount *uc);
+
 /* ---- es.c: extended sockets (the "kiwarp" TCP ULP) */
 int kw_es_init(void);
 void kw_es_exit(void);

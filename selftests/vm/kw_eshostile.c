@@ -420,6 +420,44 @@ TEST(garbage_messages_are_errors)
 	}
 }
 
+/*
+ * A flood of control messages (keepalives take no credit in rsockets,
+ * and a credit limit repeated is legal): far more Sends than receives are
+ * posted, in one go. The socket either keeps up or ends the stream (a
+ * receive with no buffer is a Terminate); it never hangs, and the bytes
+ * it gives are the peer's.
+ */
+TEST(control_message_flood)
+{
+	static u8 wire[1 << 20];
+	u8 msg[KW_RS_MSG_LEN], *e = wire;
+	struct kw_tx_msg m;
+	int i, err, bad;
+	struct hp h;
+	double t0;
+	long n;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	ASSERT_EQ(hp_data(&h, 0, 10, 'A'), 0);
+	kw_rs_msg_encode(KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_CTRL_KEEPALIVE), msg);
+	for (i = 0; i < 2000 && e; i++) {
+		m = (struct kw_tx_msg){ .opcode = KW_OP_SEND,
+			.len = KW_RS_MSG_LEN, .qn = KW_QN_SEND, .msn = ++h.msn };
+		e = rp_build(&h.p, &m, msg, e);
+	}
+	ASSERT_TRUE(e != NULL);
+	writen(h.raw, wire, e - wire);	/* may fail once kiwarp terminated */
+	t0 = now();
+	n = es_drain(&h, 'A', &err, &bad);
+	note("2000 keepalives: read %ld bytes, then errno %d after %.2f s", n,
+	     err, now() - t0);
+	EXPECT_TRUE(n == 0 || n == 10);
+	EXPECT_EQ(bad, 0);
+	/* kept up (nothing more to read: the drain waited 5 s) or ended */
+	EXPECT_TRUE(err == ETIMEDOUT || err == ECONNRESET || err == EPROTO);
+	hp_close(&h);
+}
+
 TEST(message_of_the_wrong_size_is_an_error)
 {
 	u8 b[8] = { 0 };
