@@ -733,6 +733,42 @@ static void gen_region(struct th *t, __u64 *addr, __u64 *len)
  * turns SIGSEGV/SIGBUS into a return. Anywhere else the signal is a crash
  * of the fuzzer (a failure).
  */
+/*
+ * After a crash: the mappings within 64 MiB of addr, from /proc/self/maps
+ * (what was there: a ring, a buffer, a thread's stack, a hole).
+ * open/read/write only: called from the fault handler.
+ */
+static void dump_maps_near(uintptr_t addr)
+{
+	static char buf[1 << 16];
+	char *line, *end;
+	ssize_t n, got = 0;
+	int fd = open("/proc/self/maps", O_RDONLY);
+
+	if (fd < 0)
+		return;
+	while (got < (ssize_t)sizeof(buf) - 1 &&
+	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += n;
+	close(fd);
+	buf[got] = 0;
+	say("# mappings near %#lx:\n", (unsigned long)addr);
+	for (line = buf; line && *line; line = end) {
+		unsigned long lo = 0, hi = 0;
+		char *p = line;
+
+		end = strchr(line, '\n');
+		if (end)
+			*end++ = 0;
+		for (; *p && *p != '-'; p++)
+			lo = lo * 16 + (*p <= '9' ? *p - '0' : (*p | 0x20) - 'a' + 10);
+		for (p += !!*p; *p && *p != ' '; p++)
+			hi = hi * 16 + (*p <= '9' ? *p - '0' : (*p | 0x20) - 'a' + 10);
+		if (hi + (64UL << 20) > addr && lo < addr + (64UL << 20))
+			say("#   %s\n", line);
+	}
+}
+
 static void fault_handler(int sig, siginfo_t *si, void *uc)
 {
 	struct th *t = cur_th;
@@ -744,6 +780,7 @@ static void fault_handler(int sig, siginfo_t *si, void *uc)
 	}
 	say("not ok - kw_fuzz crashed: signal %d at %p%s\n", sig, si->si_addr,
 	    in_child ? " (fork child)" : "");
+	dump_maps_near((uintptr_t)si->si_addr);
 	dump_oplog("fuzzer crash");
 	_exit(4);
 }
