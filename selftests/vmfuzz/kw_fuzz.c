@@ -1426,15 +1426,28 @@ static struct { uint64_t addr, len; } quar[QUARANTINE];
 static unsigned quar_n;
 static pthread_mutex_t quar_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static long retire(uint64_t addr, uint64_t len)
+/*
+ * Replace the ring mapping at addr by a PROT_NONE placeholder, in one
+ * step, and keep that for a while (QUARANTINE), so that a stale table
+ * entry never names a newer mapping. hole: the ring was moved away
+ * already, so another thread may have been given the range meanwhile (a
+ * new ring, or the top of a new thread's stack): only an empty range is
+ * taken then (MAP_FIXED_NOREPLACE), never someone else's.
+ */
+static long retire_(uint64_t addr, uint64_t len, int hole)
 {
 	unsigned i;
 	void *p;
 
 	p = mmap((void *)addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
-		 MAP_FIXED | MAP_NORESERVE, -1, 0);
+		 (hole ? MAP_FIXED_NOREPLACE : MAP_FIXED) | MAP_NORESERVE,
+		 -1, 0);
 	if (p == MAP_FAILED)
-		return -errno;
+		return hole && errno == EEXIST ? 0 : -errno;
+	if (p != (void *)addr) {	/* a kernel without NOREPLACE: a hint */
+		munmap(p, len);
+		return 0;
+	}
 	pthread_mutex_lock(&quar_lock);
 	i = quar_n++ % QUARANTINE;
 	if (quar[i].len)
@@ -1445,11 +1458,16 @@ static long retire(uint64_t addr, uint64_t len)
 	return 0;
 }
 
+static long retire(uint64_t addr, uint64_t len)
+{
+	return retire_(addr, len, 0);
+}
+
 /* munmap, partial munmap, mremap, mprotect, madvise of a ring mapping */
 static void op_unmap(struct th *t)
 {
 	struct obj m;
-	int i, how;
+	int i, how, moved;
 	long ret = 0;
 	void *p;
 
@@ -1486,6 +1504,7 @@ static void op_unmap(struct th *t)
 		      how);
 		p = mremap((void *)m.addr, m.len, m.len + page_sz,
 			   MREMAP_MAYMOVE);
+		moved = p != MAP_FAILED;
 		if (p != MAP_FAILED) {
 			if (maps_kiwarp((uintptr_t)p, 0))
 				finding(t, "ring mapping could be grown");
@@ -1496,10 +1515,12 @@ static void op_unmap(struct th *t)
 		p = m.len <= ARENA_LEN ? mremap((void *)m.addr, m.len, m.len,
 			MREMAP_MAYMOVE | MREMAP_FIXED, arena) : MAP_FAILED;
 		ret = p == MAP_FAILED ? -errno : 0;
+		moved |= p != MAP_FAILED;
 		mmap(arena, ARENA_LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
 		     MAP_FIXED | MAP_NORESERVE, -1, 0);
 		pthread_mutex_unlock(&quar_lock);
-		retire(m.addr, m.len);
+		/* the ring left a hole at m.addr (or was grown away above) */
+		retire_(m.addr, m.len, moved);
 		break;
 	case 5:
 		begin(t, "mprotect(%#llx, EXEC)", (unsigned long long)m.addr);
