@@ -408,11 +408,20 @@ if group es; then
 			[ "$mode" = -Tb ] && args+=(-T b)
 			case $role in
 			client)
-				timeout 120 rstream -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
-				rpid=$!
-				waitlisten $port
-				timeout 120 "$KR" --iwarp rstream -T s -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
-				krc=$?; wait $rpid; rrc=$? ;;
+				for try in 1 2; do
+					timeout 90 rstream -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
+					rpid=$!
+					waitlisten $port
+					timeout 90 "$KR" --iwarp rstream -T s -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
+					krc=$?; wait $rpid; rrc=$?
+					# the same unexplained reset as the es-peer client
+					# cells above (7.2: 2 of 3 CI rehearsals, this cell,
+					# non-blocking): retried once, and said so
+					[ $try = 1 ] && [ $krc != 0 ] && [ $rrc = 124 ] &&
+						grep -q 'reset by peer' $log.k || break
+					note "es/kiwarp-run --iwarp/kw-client/$mode: reset before the first bytes (unexplained): retried once"
+					port=$((port + 1))
+				done ;;
 			server)
 				timeout 120 "$KR" --iwarp-ports $port rstream -T s -b $ADDR -p $port "${args[@]}" > $log.k 2>&1 &
 				kpid=$!
