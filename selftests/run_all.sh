@@ -127,8 +127,7 @@ single bench-smoke bench_smoke
 # source). KIWARP_KERNELS narrows the list for a quick local run. To keep
 # make check under an hour there: the interop matrix without its 1 MiB and
 # 16 MiB cells (--quick), 20-s fuzz smokes, es_apps in its iwarp mode only
-# (the full forms run on 6.1 above). The debug tier keeps 60-s smokes:
-# under KASAN kw_peerfuzz's eight jobs connected nothing in 20 s.
+# (the full forms run on 6.1 above). The debug tier keeps 60-s smokes.
 vm_kernel() {
 	local env
 
