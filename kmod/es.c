@@ -1198,34 +1198,13 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 	return ret;
 }
 
-/* IWARP_MODE/IWARP_INFO while the switch runs (without es->lock). */
-static int es_getsockopt_starting(int optname, char __user *optval,
-				  int __user *optlen, int len)
-{
-	struct iwarp_info info = { .state = IWARP_STATE_STARTING };
-	int val = 1;
-
-	switch (optname) {
-	case IWARP_MODE:
-		len = min_t(int, len, sizeof(val));
-		if (put_user(len, optlen) || copy_to_user(optval, &val, len))
-			return -EFAULT;
-		return 0;
-	case IWARP_INFO:
-		len = min_t(int, len, sizeof(info));
-		if (put_user(len, optlen) || copy_to_user(optval, &info, len))
-			return -EFAULT;
-		return 0;
-	}
-	return -ENOPROTOOPT;
-}
-
 static int es_getsockopt(struct socket *sock, int level, int optname,
 			 char __user *optval, int __user *optlen)
 {
 	struct kw_es *es = es_of(sock->sk);
-	struct iwarp_info info;
-	int len, val, ret;
+	struct iwarp_info info = { .state = IWARP_STATE_STARTING };
+	int len, val = 1, ret;
+	bool locked = true;
 
 	if (level != SOL_IWARP) {
 		/* zerocopy receive would take bytes from under the stream */
@@ -1241,33 +1220,36 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 		return -EFAULT;
 	if (len < 0)
 		return -EINVAL;
+	if (optname != IWARP_MODE && optname != IWARP_INFO)
+		return -ENOPROTOOPT;
+	/*
+	 * A switch in its MPA exchange holds the lock: report it as under
+	 * way (the initial values above) without waiting for the peer.
+	 */
 	if (!mutex_trylock(&es->lock)) {
-		/* a switch in its MPA exchange holds the lock: say so */
-		if (READ_ONCE(es->state) == ES_STARTING)
-			return es_getsockopt_starting(optname, optval, optlen,
-						      len);
-		ret = mutex_lock_interruptible(&es->lock);
-		if (ret)
-			return ret;
+		locked = READ_ONCE(es->state) != ES_STARTING;
+		if (locked) {
+			ret = mutex_lock_interruptible(&es->lock);
+			if (ret)
+				return ret;
+		}
 	}
-	switch (optname) {
-	case IWARP_MODE:
+	if (locked) {
 		val = es->state == ES_RUN || es->state == ES_STARTING;
+		if (optname == IWARP_INFO)
+			es_info(es, &info);
 		mutex_unlock(&es->lock);
-		len = min_t(int, len, sizeof(val));
-		if (put_user(len, optlen) || copy_to_user(optval, &val, len))
-			return -EFAULT;
-		return 0;
-	case IWARP_INFO:
-		es_info(es, &info);
-		mutex_unlock(&es->lock);
-		len = min_t(int, len, sizeof(info));
-		if (put_user(len, optlen) || copy_to_user(optval, &info, len))
-			return -EFAULT;
-		return 0;
 	}
-	mutex_unlock(&es->lock);
-	return -ENOPROTOOPT;
+	if (optname == IWARP_MODE) {
+		len = min_t(int, len, sizeof(val));
+		ret = copy_to_user(optval, &val, len);
+	} else {
+		len = min_t(int, len, sizeof(info));
+		ret = copy_to_user(optval, &info, len);
+	}
+	if (ret || put_user(len, optlen))
+		return -EFAULT;
+	return 0;
 }
 
 /* ------------------------------------------------------ the run table */

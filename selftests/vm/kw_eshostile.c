@@ -246,6 +246,16 @@ static bool hp_term(struct hp *h)
 	return sink.got_term;
 }
 
+/* A Write outside the window: kiwarp's Terminate on the wire is DDP,
+ * tagged buffer, base or bounds violation. */
+#define EXPECT_BOUNDS_TERMINATE(h)					\
+	do {								\
+		ASSERT_TRUE(hp_term(h));				\
+		EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);		\
+		EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);	\
+		EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);	\
+	} while (0)
+
 /* The socket, after a violation: an error, not EOF and not a hang. */
 #define EXPECT_STREAM_ERROR(err)					\
 	EXPECT_TRUE((err) == ECONNRESET || (err) == EPROTO)
@@ -261,10 +271,7 @@ TEST(write_over_unread_bytes_is_terminated)
 	ASSERT_EQ(es_wait_readable(&h, 100), 0);
 	/* the 100 bytes are announced and not yet read: off limits */
 	hp_write(&h, 0, 50, 'B');
-	ASSERT_TRUE(hp_term(&h));
-	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
-	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	EXPECT_BOUNDS_TERMINATE(&h);
 	n = es_drain(&h, 'A', &err, &bad);
 	note("read %ld bytes after the violation, then errno %d", n, err);
 	EXPECT_TRUE(n == 0 || n == 100);
@@ -289,10 +296,7 @@ TEST(write_into_space_not_offered_is_terminated)
 	ASSERT_EQ(hp_data(&h, half, half, 'A'), 0);
 	ASSERT_EQ(es_wait_readable(&h, 2 * half), 0);
 	hp_write(&h, half, 1, 'B');
-	ASSERT_TRUE(hp_term(&h));
-	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
-	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	EXPECT_BOUNDS_TERMINATE(&h);
 	n = es_drain(&h, 'A', &err, &bad);
 	note("half %u: read %ld bytes, then errno %d", half, n, err);
 	EXPECT_TRUE(n == 0 || n == 2 * half);
@@ -313,10 +317,7 @@ TEST(write_into_read_space_not_readvertised_is_terminated)
 	/* 100 < half: read, but not advertised again */
 	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), 100);
 	hp_write(&h, 0, 50, 'B');
-	ASSERT_TRUE(hp_term(&h));
-	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
-	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	EXPECT_BOUNDS_TERMINATE(&h);
 	hp_close(&h);
 }
 
@@ -352,10 +353,7 @@ TEST(write_right_behind_its_data_is_terminated)
 	e = rp_build(&h.p, &w2, pb, e);
 	ASSERT_TRUE(e != NULL);
 	ASSERT_EQ(writen(h.raw, wire, e - wire), 0);
-	ASSERT_TRUE(hp_term(&h));
-	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
-	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_BASE_BOUNDS);
+	EXPECT_BOUNDS_TERMINATE(&h);
 	n = es_drain(&h, 'A', &err, &bad);
 	note("read %ld bytes, then errno %d", n, err);
 	EXPECT_TRUE(n == 0 || n == 100);
