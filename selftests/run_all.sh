@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")/.."
 
 VM_TIMEOUT=${VM_TIMEOUT:-3000}
-FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 passed=0
@@ -127,7 +127,7 @@ single bench-smoke bench_smoke
 # source). KIWARP_KERNELS narrows the list for a quick local run. To keep
 # make check under an hour there: the interop matrix without its 1 MiB and
 # 16 MiB cells (--quick), 20-s fuzz smokes, es_apps in its iwarp mode only
-# (the full forms run on 6.1 above). The debug tier keeps 60-s smokes.
+# (the full forms run on 6.1 above). The debug tier runs 30-s smokes.
 vm_kernel() {
 	local env
 
@@ -156,7 +156,7 @@ debug_tier() {
 
 	env=$(scripts/build-kernel --kiwarp) || return 1
 	eval "$env"
-	KIWARP_ES_APPS_MODES=iwarp \
+	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=30 \
 	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
 		--append "$(cat kernel/debug.cmdline)" \
 		-- kernel/vm-check --ko "$KIWARP_KO" -- selftests/vm/run.sh

@@ -30,12 +30,16 @@ IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/v
 # @SMOKE@: the smokes' seconds (a token, not ${...}: kernel/vm-check reads
 # the default list out of this file up to its first closing brace)
 smoke=${KIWARP_SMOKE_SECONDS:-60}
+times=	# per program: name and seconds (make check's time budget)
 for t in "${tests[@]}"; do
 	t=${t//@SMOKE@/$smoke}
 	read -ra cmd <<< "$t"
 	[ ${#cmd[@]} -gt 0 ] || continue
+	t0=$SECONDS
 	"${cmd[@]}" "$@" || fail=1
+	times+=" ${cmd[0]##*/} $((SECONDS - t0))s"
 done
+echo "# vm times:$times"
 # unload is refused while a file is open
 exec 3</dev/kiwarp
 if rmmod kiwarp 2>/dev/null; then echo "not ok - rmmod succeeded with /dev/kiwarp open"; fail=1; fi
