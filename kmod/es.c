@@ -90,6 +90,7 @@ enum kw_es_state {
 struct kw_es {
 	struct sock *sk;
 	bool passive;		/* cloned from a listener */
+	bool no_crc;		/* IWARP_CRC 0: decline MPA CRC */
 	struct mutex lock;	/* everything below */
 	enum kw_es_state state;
 	int err;		/* positive errno once ES_DEAD or failing */
@@ -1009,6 +1010,16 @@ static int es_switch_fail(struct kw_es *es, struct socket *sock, int ret)
  * IWARP_MODE, first part (never waits for the peer): check the request,
  * take the run ops, build the context. Sets *initiator.
  */
+/* Not switched yet (nor switching, nor failed). es->lock held. */
+static int es_check_attached(struct kw_es *es)
+{
+	lockdep_assert_held(&es->lock);
+	if (es->state == ES_ATTACHED)
+		return 0;
+	return es->state == ES_DEAD ? -EINVAL :
+	       es->state == ES_STARTING ? -EALREADY : -EISCONN;
+}
+
 static int es_switch_begin(struct kw_es *es, struct socket *sock, int mode,
 			   bool *initiator)
 {
@@ -1021,9 +1032,9 @@ static int es_switch_begin(struct kw_es *es, struct socket *sock, int mode,
 		*initiator = mode == IWARP_MODE_ACTIVE;
 	else
 		return -EINVAL;
-	if (es->state != ES_ATTACHED)
-		return es->state == ES_DEAD ? -EINVAL :
-		       es->state == ES_STARTING ? -EALREADY : -EISCONN;
+	ret = es_check_attached(es);
+	if (ret)
+		return ret;
 	/* SS_CONNECTING: a non-blocking connect() that completed since */
 	if (READ_ONCE(es->sk->sk_state) != TCP_ESTABLISHED ||
 	    (sock->state != SS_CONNECTED && sock->state != SS_CONNECTING))
@@ -1048,7 +1059,8 @@ static int es_switch_mpa(struct kw_es *es, struct socket *sock,
 {
 	struct kw_cm_kparam kp = {
 		.tcp_ops = es_ops_of(es->sk)->orig,
-		.param = { .mpa_rev = 2, .ird = 1, .ord = 1 },
+		.param = { .mpa_rev = 2, .ird = 1, .ord = 1,
+			   .flags = es->no_crc ? KIWARP_CONN_NO_CRC : 0 },
 		.pd_len = KW_RS_CONN_LEN,
 		.check = es_check_conn,
 	};
@@ -1160,12 +1172,14 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 						 optlen);
 	if (!es)
 		return -ENOPROTOOPT;	/* no ULP (or a clone without memory) */
-	if (optname != IWARP_MODE)
+	if (optname != IWARP_MODE && optname != IWARP_CRC)
 		return -ENOPROTOOPT;
 	if (optlen < sizeof(int))
 		return -EINVAL;
 	if (copy_from_sockptr(&val, optval, sizeof(val)))
 		return -EFAULT;
+	if (optname == IWARP_CRC && val != 0 && val != 1)
+		return -EINVAL;
 	if (READ_ONCE(es->state) == ES_STARTING)
 		return -EALREADY;	/* (its worker may hold the lock) */
 	nonblock = sock->file && (sock->file->f_flags & O_NONBLOCK);
@@ -1176,6 +1190,14 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		ret = mutex_lock_interruptible(&es->lock);
 		if (ret)
 			return ret;
+	}
+	if (optname == IWARP_CRC) {
+		/* what the MPA exchange asks for: before it only */
+		ret = es_check_attached(es);
+		if (!ret)
+			WRITE_ONCE(es->no_crc, !val);
+		mutex_unlock(&es->lock);
+		return ret;
 	}
 	ret = es_switch_begin(es, sock, val, &initiator);
 	if (!ret && nonblock && !kw_ucount_charge(&es_bg_users, uid,
@@ -1220,7 +1242,8 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 		return -EFAULT;
 	if (len < 0)
 		return -EINVAL;
-	if (optname != IWARP_MODE && optname != IWARP_INFO)
+	if (optname != IWARP_MODE && optname != IWARP_INFO &&
+	    optname != IWARP_CRC)
 		return -ENOPROTOOPT;
 	/*
 	 * A switch in its MPA exchange holds the lock: report it as under
@@ -1240,12 +1263,15 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 			es_info(es, &info);
 		mutex_unlock(&es->lock);
 	}
-	if (optname == IWARP_MODE) {
-		len = min_t(int, len, sizeof(val));
-		ret = copy_to_user(optval, &val, len);
-	} else {
+	/* what the MPA exchange asks for (set only before it starts) */
+	if (optname == IWARP_CRC)
+		val = !READ_ONCE(es->no_crc);
+	if (optname == IWARP_INFO) {
 		len = min_t(int, len, sizeof(info));
 		ret = copy_to_user(optval, &info, len);
+	} else {
+		len = min_t(int, len, sizeof(val));
+		ret = copy_to_user(optval, &val, len);
 	}
 	if (ret || put_user(len, optlen))
 		return -EFAULT;
@@ -1504,16 +1530,21 @@ static int es_ulp_init(struct sock *sk)
 	return 0;
 }
 
-/* A connection accepted on a listener with the ULP: passive by default.
- * Without memory the child stays plain TCP with the attached ops, which
- * then refuse IWARP_MODE (-ENOMEM). */
+/* A connection accepted on a listener with the ULP: passive by default,
+ * with the listener's IWARP_CRC (the request holds the listener, and with
+ * it its state; a NULL one is a listener still in its init()). Without
+ * memory the child stays plain TCP with the attached ops, which then
+ * refuse IWARP_MODE (-ENOMEM). */
 static void es_ulp_clone(const struct request_sock *req, struct sock *newsk,
 			 const gfp_t priority)
 {
 	struct kw_es *es = es_new(newsk, priority);
+	struct kw_es *l = req->rsk_listener ? es_of(req->rsk_listener) : NULL;
 
-	if (es)
+	if (es) {
 		es->passive = true;
+		es->no_crc = l && READ_ONCE(l->no_crc);
+	}
 	rcu_assign_pointer(inet_csk(newsk)->icsk_ulp_data, es);
 	__module_get(THIS_MODULE);	/* tcp_cleanup_ulp() puts one */
 }

@@ -497,12 +497,29 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 }
 #endif /* KW_TX_SPLICE */
 
-/* Hand the rest of the batch to TCP; 0 once TCP has all of it. */
+/*
+ * Another message is waiting to go right after this one: a send WR the
+ * doorbell pulled, or a Read Response owed. Unlocked: a wrong "no" only
+ * costs a segment, a wrong "yes" is pushed by tx_uncork().
+ */
+static bool tx_more_queued(struct kw_qp *qp)
+{
+	return READ_ONCE(qp->sq_tx) != READ_ONCE(qp->sq_pulled) ||
+	       READ_ONCE(qp->irq_head) != READ_ONCE(qp->irq_tail);
+}
+
+/*
+ * Hand the rest of the batch to TCP; 0 once TCP has all of it. MSG_MORE
+ * on everything but the last byte of a message, and on that too when
+ * another message follows at once, so that the small messages of one
+ * doorbell (an RDMA Write and the Send that announces it) share a segment
+ * and the receiver acknowledges them once, with its answer (a second small
+ * segment in a row makes Linux acknowledge at once: ICSK_ACK_PUSHED2).
+ */
 static int tx_push(struct kw_qp *qp)
 {
-	/* MSG_MORE on everything but the last byte of a message */
-	int flags = MSG_DONTWAIT | MSG_NOSIGNAL |
-		    (qp->tx_msg_cut ? 0 : MSG_MORE);
+	bool more = !qp->tx_msg_cut || tx_more_queued(qp);
+	int flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0);
 	int ret;
 
 	lockdep_assert_held(&qp->tx_mutex);
@@ -513,9 +530,26 @@ static int tx_push(struct kw_qp *qp)
 		if (ret == 0)
 			return -EAGAIN;
 		qp->tx_batch_sent += ret;
+		qp->tx_corked = more;
 	}
 	tx_batch_reset(qp);	/* TCP holds its own page references */
 	return 0;
+}
+
+/*
+ * The transmit stops (nothing more to pick: a fence, the ORD, a state
+ * change) after a message went with MSG_MORE: have TCP send what it holds.
+ * Setting TCP_NODELAY again, which QP sockets have (cm.c), pushes the
+ * pending frames; a stock kernel exports nothing narrower to a module.
+ */
+static void tx_uncork(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->tx_mutex);
+	if (!qp->tx_corked)
+		return;
+	qp->tx_corked = false;
+	if (qp->sock)
+		tcp_sock_set_nodelay(qp->sock->sk);
 }
 
 /*
@@ -843,8 +877,10 @@ again:
 				qp->tx_msg_off = 0;
 			}
 			spin_unlock_bh(&qp->lock);
-			if (!go)
+			if (!go) {
+				tx_uncork(qp);
 				break;
+			}
 			ret = tx_fill(qp);
 			if (ret)
 				goto fail;

@@ -40,6 +40,7 @@ static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int es_on;
+static int es_crc = 1;	/* KIWARP_ES_CRC=0: IWARP_CRC 0 before the switch */
 static unsigned short es_ports[ES_MAX_PORTS];
 static int es_nports;
 
@@ -56,6 +57,7 @@ __attribute__((constructor)) static void es_init(void)
 
 	es_resolve();
 	es_on = getenv("KIWARP_ES_IWARP") && !strcmp(getenv("KIWARP_ES_IWARP"), "1");
+	es_crc = !(getenv("KIWARP_ES_CRC") && !strcmp(getenv("KIWARP_ES_CRC"), "0"));
 	while (p && *p && es_nports < ES_MAX_PORTS) {
 		char *end;
 		unsigned long v = strtoul(p, &end, 10);
@@ -107,6 +109,9 @@ static int es_switch(int fd, int mode, int *inprogress)
 	*inprogress = 0;
 	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1) && errno != EEXIST)
+		return errno;
+	if (!es_crc && setsockopt(fd, SOL_IWARP, IWARP_CRC, &es_crc,
+				  sizeof(es_crc)))
 		return errno;
 	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode))) {
 		if (errno != EINPROGRESS)

@@ -523,6 +523,7 @@ struct kiwarp_cqe {
  * EALREADY or EAGAIN while it runs). AUTO is the MPA responder on a
  * connection accepted from a listener with the ULP and the initiator
  * otherwise; ACTIVE and PASSIVE choose.
+ * IWARP_CRC, set before IWARP_MODE, may decline MPA CRC.
  * Both ends must switch. On failure the connection is shut down and the
  * error returned (ETIMEDOUT, ECONNREFUSED, EPROTO, ECONNRESET...); the
  * fd can then only be closed. There is no way back to plain TCP.
@@ -532,6 +533,12 @@ struct kiwarp_cqe {
 
 #define IWARP_MODE		1	/* int: set IWARP_MODE_*, get 0/1 */
 #define IWARP_INFO		2	/* struct iwarp_info (get only) */
+/*
+ * int, before IWARP_MODE: 1 (the default) asks for MPA CRC, as RFC 5044
+ * wants by default; 0 declines it, which the peer may overrule (CRC is on
+ * when either end asks). IWARP_INFO's crc says what was agreed.
+ */
+#define IWARP_CRC		3
 
 #define IWARP_MODE_AUTO		1
 #define IWARP_MODE_ACTIVE	2	/* MPA initiator */
