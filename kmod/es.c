@@ -1178,7 +1178,10 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return -EINVAL;
 	if (copy_from_sockptr(&val, optval, sizeof(val)))
 		return -EFAULT;
-	if (optname == IWARP_CRC && val != 0 && val != 1)
+	/* a connection's, not a listener's (its children do not inherit) */
+	if (optname == IWARP_CRC &&
+	    ((val != 0 && val != 1) ||
+	     READ_ONCE(sock->sk->sk_state) == TCP_LISTEN))
 		return -EINVAL;
 	if (READ_ONCE(es->state) == ES_STARTING)
 		return -EALREADY;	/* (its worker may hold the lock) */
@@ -1530,21 +1533,17 @@ static int es_ulp_init(struct sock *sk)
 	return 0;
 }
 
-/* A connection accepted on a listener with the ULP: passive by default,
- * with the listener's IWARP_CRC (the request holds the listener, and with
- * it its state; a NULL one is a listener still in its init()). Without
- * memory the child stays plain TCP with the attached ops, which then
- * refuse IWARP_MODE (-ENOMEM). */
+/* A connection accepted on a listener with the ULP: passive by default.
+ * Nothing else comes from the listener, whose state a close() may free
+ * meanwhile. Without memory the child stays plain TCP with the attached
+ * ops, which then refuse IWARP_MODE (-ENOMEM). */
 static void es_ulp_clone(const struct request_sock *req, struct sock *newsk,
 			 const gfp_t priority)
 {
 	struct kw_es *es = es_new(newsk, priority);
-	struct kw_es *l = req->rsk_listener ? es_of(req->rsk_listener) : NULL;
 
-	if (es) {
+	if (es)
 		es->passive = true;
-		es->no_crc = l && READ_ONCE(l->no_crc);
-	}
 	rcu_assign_pointer(inet_csk(newsk)->icsk_ulp_data, es);
 	__module_get(THIS_MODULE);	/* tcp_cleanup_ulp() puts one */
 }

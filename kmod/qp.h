@@ -187,6 +187,7 @@ struct kw_qp {
 	bool tx_active;		/* tx_msg in progress */
 	bool tx_msg_cut;	/* its last FPDU is in the batch */
 	bool tx_corked;		/* TCP holds bytes we pushed with MSG_MORE */
+	u32 tx_cork_len;	/* ... this many since the last push */
 	bool tx_copy;		/* SQ payload copied, done when in TCP */
 	bool tx_local_done;	/* a Local Invalidate finished: complete it */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */

@@ -498,27 +498,49 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 #endif /* KW_TX_SPLICE */
 
 /*
- * Another message is waiting to go right after this one: a send WR the
- * doorbell pulled, or a Read Response owed. Unlocked: a wrong "no" only
- * costs a segment, a wrong "yes" is pushed by tx_uncork().
+ * Small messages of one doorbell (an RDMA Write and the Send that
+ * announces it, a few small Sends) share a TCP segment: the last batch of
+ * a message goes with MSG_MORE when the next message already waits and
+ * everything held so far and the next message fit one segment. Otherwise
+ * each would be a segment of its own, and Linux acknowledges the second
+ * small segment in a row at once (ICSK_ACK_PUSHED2) instead of with the
+ * receiver's answer. Only small ones: a message that would start in the
+ * middle of a segment and continue past it would put its FPDUs across
+ * segment boundaries (RFC 5044 section 8, FPDU alignment).
+ *
+ * Only on a socket that pushes what it is given (TCP_NODELAY, which a
+ * QP's socket has, and no TCP_CORK): tx_uncork() relies on that.
  */
-static bool tx_more_queued(struct kw_qp *qp)
+#define KW_TX_SMALL_WIRE(len)	((len) + 2 + KW_DDP_UNTAGGED_HDR_LEN + 3 + 4)
+
+static bool tx_coalesce(struct kw_qp *qp)
 {
-	return READ_ONCE(qp->sq_tx) != READ_ONCE(qp->sq_pulled) ||
-	       READ_ONCE(qp->irq_head) != READ_ONCE(qp->irq_tail);
+	struct sock *sk = qp->sock->sk;
+	u32 mss = READ_ONCE(tcp_sk(sk)->mss_cache);
+	u32 held = qp->tx_cork_len + qp->tx_batch_len;
+	bool ok = false;
+
+	if (qp->tx_kind == KW_TXK_TERM || held >= mss ||
+	    (data_race(tcp_sk(sk)->nonagle) &
+	     (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF)
+		return false;
+	spin_lock_bh(&qp->lock);
+	if (qp->sq_tx != qp->sq_pulled && qp->irq_head == qp->irq_tail &&
+	    !qp->term_pending) {
+		const struct kw_wr *wr =
+			&qp->sq_wr[qp->sq_tx & (qp->sq.entries - 1)];
+
+		ok = held + KW_TX_SMALL_WIRE(wr->len) <= mss;
+	}
+	spin_unlock_bh(&qp->lock);
+	return ok;
 }
 
-/*
- * Hand the rest of the batch to TCP; 0 once TCP has all of it. MSG_MORE
- * on everything but the last byte of a message, and on that too when
- * another message follows at once, so that the small messages of one
- * doorbell (an RDMA Write and the Send that announces it) share a segment
- * and the receiver acknowledges them once, with its answer (a second small
- * segment in a row makes Linux acknowledge at once: ICSK_ACK_PUSHED2).
- */
+/* Hand the rest of the batch to TCP; 0 once TCP has all of it. MSG_MORE
+ * on everything but the last byte of a message, unless tx_coalesce(). */
 static int tx_push(struct kw_qp *qp)
 {
-	bool more = !qp->tx_msg_cut || tx_more_queued(qp);
+	bool more = !qp->tx_msg_cut || tx_coalesce(qp);
 	int flags = MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0);
 	int ret;
 
@@ -530,17 +552,19 @@ static int tx_push(struct kw_qp *qp)
 		if (ret == 0)
 			return -EAGAIN;
 		qp->tx_batch_sent += ret;
-		qp->tx_corked = more;
 	}
+	qp->tx_corked = more;
+	qp->tx_cork_len = more ? qp->tx_cork_len + qp->tx_batch_len : 0;
 	tx_batch_reset(qp);	/* TCP holds its own page references */
 	return 0;
 }
 
 /*
- * The transmit stops (nothing more to pick: a fence, the ORD, a state
- * change) after a message went with MSG_MORE: have TCP send what it holds.
- * Setting TCP_NODELAY again, which QP sockets have (cm.c), pushes the
- * pending frames; a stock kernel exports nothing narrower to a module.
+ * Whenever a transmit run ends, for whatever reason, after bytes went with
+ * MSG_MORE: have TCP send what it holds. Setting TCP_NODELAY again (which
+ * tx_coalesce() saw set) pushes the pending frames; a stock kernel
+ * exports nothing narrower to a module. A user who turned TCP_NODELAY off
+ * on an extended socket in between gets it back on: the bytes must go.
  */
 static void tx_uncork(struct kw_qp *qp)
 {
@@ -548,6 +572,7 @@ static void tx_uncork(struct kw_qp *qp)
 	if (!qp->tx_corked)
 		return;
 	qp->tx_corked = false;
+	qp->tx_cork_len = 0;
 	if (qp->sock)
 		tcp_sock_set_nodelay(qp->sock->sk);
 }
@@ -856,7 +881,7 @@ static void tx_finish(struct kw_qp *qp)
  * Transmit until the queues are empty or TCP has no room, at most budget
  * batches; returns true if the budget ran out (more may be ready).
  */
-static bool tx_run(struct kw_qp *qp, unsigned int budget)
+static bool __tx_run(struct kw_qp *qp, unsigned int budget)
 {
 	int ret;
 
@@ -877,10 +902,8 @@ again:
 				qp->tx_msg_off = 0;
 			}
 			spin_unlock_bh(&qp->lock);
-			if (!go) {
-				tx_uncork(qp);
+			if (!go)
 				break;
-			}
 			ret = tx_fill(qp);
 			if (ret)
 				goto fail;
@@ -957,6 +980,14 @@ fail:
 	tx_drop_refs(qp);
 	kw_qp_set_error(qp);
 	return false;
+}
+
+static bool tx_run(struct kw_qp *qp, unsigned int budget)
+{
+	bool more = __tx_run(qp, budget);
+
+	tx_uncork(qp);
+	return more;
 }
 
 /*

@@ -110,8 +110,9 @@ static int es_switch(int fd, int mode, int *inprogress)
 	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1) && errno != EEXIST)
 		return errno;
+	/* a module without IWARP_CRC (ENOPROTOOPT) keeps CRC: fine */
 	if (!es_crc && setsockopt(fd, SOL_IWARP, IWARP_CRC, &es_crc,
-				  sizeof(es_crc)))
+				  sizeof(es_crc)) && errno != ENOPROTOOPT)
 		return errno;
 	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode))) {
 		if (errno != EINPROGRESS)

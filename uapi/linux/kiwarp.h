@@ -536,7 +536,8 @@ struct kiwarp_cqe {
 /*
  * int, before IWARP_MODE: 1 (the default) asks for MPA CRC, as RFC 5044
  * wants by default; 0 declines it, which the peer may overrule (CRC is on
- * when either end asks). IWARP_INFO's crc says what was agreed.
+ * when either end asks). IWARP_INFO's crc says what was agreed. On a
+ * connection (an accepted one too), not on a listening socket (EINVAL).
  */
 #define IWARP_CRC		3
 
