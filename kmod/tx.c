@@ -518,11 +518,13 @@ static bool tx_coalesce(struct kw_qp *qp)
 	struct sock *sk = qp->sock->sk;
 	u32 mss = READ_ONCE(tcp_sk(sk)->mss_cache);
 	u32 held = qp->tx_cork_len + qp->tx_batch_len;
+	/* a bit-field, set under the socket lock: a stale value only costs
+	 * a segment, or a push that sets TCP_NODELAY again (tx_uncork()) */
+	u8 nonagle = tcp_sk(sk)->nonagle;
 	bool ok = false;
 
 	if (qp->tx_kind == KW_TXK_TERM || held >= mss ||
-	    (data_race(tcp_sk(sk)->nonagle) &
-	     (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF)
+	    (nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF)
 		return false;
 	spin_lock_bh(&qp->lock);
 	if (qp->sq_tx != qp->sq_pulled && qp->irq_head == qp->irq_tail &&
