@@ -1006,10 +1006,6 @@ static int es_switch_fail(struct kw_es *es, struct socket *sock, int ret)
 	return ret;
 }
 
-/*
- * IWARP_MODE, first part (never waits for the peer): check the request,
- * take the run ops, build the context. Sets *initiator.
- */
 /* Not switched yet (nor switching, nor failed). es->lock held. */
 static int es_check_attached(struct kw_es *es)
 {
@@ -1020,6 +1016,10 @@ static int es_check_attached(struct kw_es *es)
 	       es->state == ES_STARTING ? -EALREADY : -EISCONN;
 }
 
+/*
+ * IWARP_MODE, first part (never waits for the peer): check the request,
+ * take the run ops, build the context. Sets *initiator.
+ */
 static int es_switch_begin(struct kw_es *es, struct socket *sock, int mode,
 			   bool *initiator)
 {

@@ -554,8 +554,8 @@ static int tx_push(struct kw_qp *qp)
 		if (ret == 0)
 			return -EAGAIN;
 		qp->tx_batch_sent += ret;
+		qp->tx_corked = more;	/* without: TCP pushed it all */
 	}
-	qp->tx_corked = more;
 	qp->tx_cork_len = more ? qp->tx_cork_len + qp->tx_batch_len : 0;
 	tx_batch_reset(qp);	/* TCP holds its own page references */
 	return 0;
