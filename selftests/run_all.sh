@@ -127,7 +127,8 @@ single bench-smoke bench_smoke
 # source). KIWARP_KERNELS narrows the list for a quick local run. To keep
 # make check under an hour there: the interop matrix without its 1 MiB and
 # 16 MiB cells (--quick), 20-s fuzz smokes, es_apps in its iwarp mode only
-# (the full forms run on 6.1 above). The debug tier runs 30-s smokes.
+# (the full forms run on 6.1 above). The debug tier runs 30-s smokes and
+# kw_rdma up to 1 MiB (16 MiB cells run on the three other kernels).
 vm_kernel() {
 	local env
 
@@ -157,6 +158,7 @@ debug_tier() {
 	env=$(scripts/build-kernel --kiwarp) || return 1
 	eval "$env"
 	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=30 \
+	KIWARP_RDMA_MAX_SIZE=1048576 \
 	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
 		--append "$(cat kernel/debug.cmdline)" \
 		-- kernel/vm-check --ko "$KIWARP_KO" -- selftests/vm/run.sh

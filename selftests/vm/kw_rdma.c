@@ -208,6 +208,18 @@ static int qp_state(struct kw_qp *qp, struct kiwarp_query_qp *q)
 static const size_t sizes[] = { 0, 1, 4095, 65536, MIB, 16 * MIB };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
+/*
+ * KIWARP_RDMA_MAX_SIZE: skip the sizes above it. make check's debug tier
+ * (KASAN under TCG: 16 MiB per cell was most of its time) stops at 1 MiB;
+ * the other kernels' suites run every size.
+ */
+static size_t max_size(void)
+{
+	const char *e = getenv("KIWARP_RDMA_MAX_SIZE");
+
+	return e && *e ? strtoull(e, NULL, 0) : SIZE_MAX;
+}
+
 enum op { OP_SEND, OP_SEND_SE, OP_SEND_INV, OP_SEND_SE_INV, OP_WRITE, OP_READ };
 
 /*
@@ -238,7 +250,7 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_CRC), crc);
 	EXPECT_EQ(p.req.param.mpa_rev, rev);
 
-	for (i = 0; i < NSIZES; i++) {
+	for (i = 0; i < NSIZES && sizes[i] <= max_size(); i++) {
 		size_t n = sizes[i];
 		struct kiwarp_sge sge = {
 			.addr = (uintptr_t)p.a.buf, .length = n,
