@@ -1373,25 +1373,28 @@ static int es_release(struct socket *sock)
 
 	/*
 	 * A background switch still under way: end its MPA exchange (a shut
-	 * down socket fails it at once; its work holds es->lock meanwhile)
-	 * and wait for the work, which uses the socket. No setsockopt() can
-	 * queue another: the file is gone. Should the switch complete just
-	 * before the shutdown, the new stream ends abruptly, which is all a
-	 * close of a stream nobody could have written to yet loses.
+	 * down socket fails it at once; its work holds es->lock meanwhile).
+	 * Should the switch complete just before the shutdown, the new
+	 * stream ends abruptly, which is all a close of a stream nobody
+	 * could have written to yet loses.
 	 */
-	if (READ_ONCE(es->sw_busy)) {
-		if (READ_ONCE(es->state) == ES_STARTING)
-			orig->shutdown(sock, SHUT_RDWR);
-		/* one still queued (all workers busy) never runs: fail it
-		 * here instead of waiting for a worker */
-		if (cancel_work_sync(&es->sw_work)) {
-			mutex_lock(&es->lock);
-			if (es->state == ES_STARTING)
-				es_switch_fail(es, sock, -ECONNRESET);
-			es->sw_busy = false;
-			mutex_unlock(&es->lock);
-			kw_ucount_uncharge(&es_bg_users, es->sw_uid);
-		}
+	if (READ_ONCE(es->sw_busy) && READ_ONCE(es->state) == ES_STARTING)
+		orig->shutdown(sock, SHUT_RDWR);
+	/*
+	 * Then wait for the work, whatever sw_busy said: it clears sw_busy
+	 * under es->lock but goes on using es and the socket after it (the
+	 * deadline, the user's count, the wakeups), and es is freed with the
+	 * socket (a use-after-free KASAN caught in kw_fuzz). No setsockopt()
+	 * can queue another: the file is gone. One still queued (all workers
+	 * busy) never runs: fail it here instead of waiting for a worker.
+	 */
+	if (cancel_work_sync(&es->sw_work)) {
+		mutex_lock(&es->lock);
+		if (es->state == ES_STARTING)
+			es_switch_fail(es, sock, -ECONNRESET);
+		es->sw_busy = false;
+		mutex_unlock(&es->lock);
+		kw_ucount_uncharge(&es_bg_users, es->sw_uid);
 	}
 	cancel_delayed_work_sync(&es->sw_deadline);
 

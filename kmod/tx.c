@@ -523,8 +523,10 @@ static bool tx_coalesce(struct kw_qp *qp)
 	u8 nonagle = tcp_sk(sk)->nonagle;
 	bool ok = false;
 
+	/* the common case, nothing waiting, without the lock */
 	if (qp->tx_kind == KW_TXK_TERM || held >= mss ||
-	    (nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF)
+	    (nonagle & (TCP_NAGLE_OFF | TCP_NAGLE_CORK)) != TCP_NAGLE_OFF ||
+	    READ_ONCE(qp->sq_tx) == READ_ONCE(qp->sq_pulled))
 		return false;
 	spin_lock_bh(&qp->lock);
 	if (qp->sq_tx != qp->sq_pulled && qp->irq_head == qp->irq_tail &&
