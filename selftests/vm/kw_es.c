@@ -426,33 +426,60 @@ TEST(fork_inherits_the_stream)
 	close(s);
 }
 
-/* Accepted from a listener with the ULP: AUTO makes it the responder. */
-TEST(listener_ulp_auto_roles)
+/*
+ * A listener with the ULP (*l, checked by check(*l) before anything
+ * connects: 0 to go on), a client *c connected to it and the connection
+ * *s it accepted: 0 or -errno.
+ */
+static int ulp_listener_pair(int *l, int *c, int *s, int (*check)(int))
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t len = sizeof(a);
+	int r;
+
+	*c = *s = -1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	*l = socket(AF_INET, SOCK_STREAM, 0);
+	if (*l < 0 || bind(*l, (void *)&a, len) || listen(*l, 4) ||
+	    getsockname(*l, (void *)&a, &len))
+		return -errno;
+	r = ulp(*l);
+	if (!r && check)
+		r = check(*l);
+	if (r)
+		return r;
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	if (*c < 0 || connect(*c, (void *)&a, len))
+		return -errno;
+	*s = accept(*l, NULL, NULL);
+	return *s < 0 ? -errno : 0;
+}
+
+/* Switch c and s (both AUTO), then a few bytes from s to c. */
+static int auto_switch_and_hello(int c, int s)
+{
+	char b[2];
+	int r = switch_both(c, s, IWARP_MODE_AUTO, IWARP_MODE_AUTO, NULL,
+			    NULL);
+
+	if (!r)
+		r = writen(s, "ok", 2);
+	if (!r)
+		r = readn(c, b, 2, 5000);
+	return r ? r : memcmp(b, "ok", 2) ? -EILSEQ : 0;
+}
+
+/* Accepted from a listener with the ULP: AUTO makes it the responder. */
+TEST(listener_ulp_auto_roles)
+{
 	struct iwarp_info i;
 	int l, c, s;
-	char b[2];
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	l = socket(AF_INET, SOCK_STREAM, 0);
-	ASSERT_EQ(bind(l, (void *)&a, len), 0);
-	ASSERT_EQ(listen(l, 4), 0);
-	ASSERT_EQ(ulp(l), 0);
-	ASSERT_EQ(getsockname(l, (void *)&a, &len), 0);
-	c = socket(AF_INET, SOCK_STREAM, 0);
-	ASSERT_EQ(connect(c, (void *)&a, len), 0);
-	s = accept(l, NULL, NULL);
-	ASSERT_GE(s, 0);
+	ASSERT_EQ(ulp_listener_pair(&l, &c, &s, NULL), 0);
 	ASSERT_EQ(info(s, &i), 0);
 	EXPECT_EQ(i.passive, 1);
 	ASSERT_EQ(ulp(c), 0);
-	ASSERT_EQ(switch_both(c, s, IWARP_MODE_AUTO, IWARP_MODE_AUTO, NULL,
-			      NULL), 0);
-	ASSERT_EQ(writen(s, "ok", 2), 0);
-	ASSERT_EQ(readn(c, b, 2, 5000), 0);
-	EXPECT_MEMEQ(b, "ok", 2);
+	EXPECT_EQ(auto_switch_and_hello(c, s), 0);
 	close(c);
 	close(s);
 	close(l);
@@ -471,6 +498,11 @@ static int get_crc(int fd)
 	return getsockopt(fd, SOL_IWARP, IWARP_CRC, &v, &len) ? -errno : v;
 }
 
+static int listener_refuses_crc(int l)
+{
+	return set_crc(l, 0) == -EINVAL ? 0 : -EPROTO;
+}
+
 /*
  * IWARP_CRC: 1 by default (RFC 5044), 0 declines CRC; CRC is on when
  * either end asks (RFC 5044 7.1.2), so it is off only if both decline.
@@ -480,11 +512,8 @@ static int get_crc(int fd)
 TEST(crc_option)
 {
 	static const int decline[][2] = { { 0, 0 }, { 0, 1 }, { 1, 0 } };
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
 	struct iwarp_info ic, is;
 	int c, s, l, v, k;
-	char b[2];
 
 	ASSERT_EQ(tcp_pair(&c, &s), 0);
 	EXPECT_LT(get_crc(c), 0);	/* no ULP: not a level of TCP's */
@@ -524,28 +553,14 @@ TEST(crc_option)
 	}
 
 	/* a listener refuses it; an accepted connection takes it */
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	l = socket(AF_INET, SOCK_STREAM, 0);
-	ASSERT_EQ(bind(l, (void *)&a, len), 0);
-	ASSERT_EQ(listen(l, 4), 0);
-	ASSERT_EQ(ulp(l), 0);
-	EXPECT_EQ(set_crc(l, 0), -EINVAL);
-	ASSERT_EQ(getsockname(l, (void *)&a, &len), 0);
-	c = socket(AF_INET, SOCK_STREAM, 0);
-	ASSERT_EQ(connect(c, (void *)&a, len), 0);
-	s = accept(l, NULL, NULL);
-	ASSERT_GE(s, 0);
+	ASSERT_EQ(ulp_listener_pair(&l, &c, &s, listener_refuses_crc), 0);
 	EXPECT_EQ(get_crc(s), 1);
 	ASSERT_EQ(set_crc(s, 0), 0);
 	ASSERT_EQ(ulp(c), 0);
 	ASSERT_EQ(set_crc(c, 0), 0);
-	ASSERT_EQ(switch_both(c, s, IWARP_MODE_AUTO, IWARP_MODE_AUTO, NULL,
-			      NULL), 0);
+	EXPECT_EQ(auto_switch_and_hello(c, s), 0);
 	ASSERT_EQ(info(s, &is), 0);
 	EXPECT_EQ(is.crc, 0);
-	ASSERT_EQ(writen(s, "ok", 2), 0);
-	ASSERT_EQ(readn(c, b, 2, 5000), 0);
-	EXPECT_MEMEQ(b, "ok", 2);
 	close(c);
 	close(s);
 	close(l);
