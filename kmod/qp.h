@@ -186,8 +186,8 @@ struct kw_qp {
 	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
 	bool tx_active;		/* tx_msg in progress */
 	bool tx_msg_cut;	/* its last FPDU is in the batch */
-	bool tx_corked;		/* TCP holds bytes we pushed with MSG_MORE */
-	u32 tx_cork_len;	/* ... this many since the last push */
+	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE
+				 * (0: everything was pushed) */
 	bool tx_copy;		/* SQ payload copied, done when in TCP */
 	bool tx_local_done;	/* a Local Invalidate finished: complete it */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */

@@ -517,7 +517,7 @@ static bool tx_coalesce(struct kw_qp *qp)
 {
 	struct sock *sk = qp->sock->sk;
 	u32 mss = READ_ONCE(tcp_sk(sk)->mss_cache);
-	u32 held = qp->tx_cork_len + qp->tx_batch_len;
+	u32 held = qp->tx_cork_len + qp->tx_batch_len - qp->tx_batch_sent;
 	/* a bit-field, set under the socket lock: a stale value only costs
 	 * a segment, or a push that sets TCP_NODELAY again (tx_uncork()) */
 	u8 nonagle = tcp_sk(sk)->nonagle;
@@ -556,9 +556,9 @@ static int tx_push(struct kw_qp *qp)
 		if (ret == 0)
 			return -EAGAIN;
 		qp->tx_batch_sent += ret;
-		qp->tx_corked = more;	/* without: TCP pushed it all */
+		/* without MSG_MORE TCP pushed all it held */
+		qp->tx_cork_len = more ? qp->tx_cork_len + ret : 0;
 	}
-	qp->tx_cork_len = more ? qp->tx_cork_len + qp->tx_batch_len : 0;
 	tx_batch_reset(qp);	/* TCP holds its own page references */
 	return 0;
 }
@@ -573,9 +573,8 @@ static int tx_push(struct kw_qp *qp)
 static void tx_uncork(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->tx_mutex);
-	if (!qp->tx_corked)
+	if (!qp->tx_cork_len)
 		return;
-	qp->tx_corked = false;
 	qp->tx_cork_len = 0;
 	if (qp->sock)
 		tcp_sock_set_nodelay(qp->sock->sk);

@@ -506,8 +506,8 @@ static int listener_refuses_crc(int l)
 /*
  * IWARP_CRC: 1 by default (RFC 5044), 0 declines CRC; CRC is on when
  * either end asks (RFC 5044 7.1.2), so it is off only if both decline.
- * Only 0 and 1, only before the switch; accepted sockets take their
- * listener's choice. The bytes arrive intact either way.
+ * Only 0 and 1, only before the switch, not on a listener (accepted
+ * sockets set their own). The bytes arrive intact either way.
  */
 TEST(crc_option)
 {
@@ -604,7 +604,7 @@ static uint32_t segs_out(int fd)
  * in one TCP segment (tx.c tx_coalesce()), and in a ping-pong the answer
  * carries the acknowledgment, as with plain TCP. They went in a segment
  * each, and the second small segment in a row made the receiver
- * acknowledge at once (three segments a write, 1.3x the latency).
+ * acknowledge at once (three segments a write).
  * Counted: segments that carry data, so a slow guest's delayed-ACK timer
  * cannot fail the test.
  */

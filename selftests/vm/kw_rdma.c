@@ -231,7 +231,7 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 {
 	struct pair p = { 0 };
 	struct kiwarp_cqe cqe;
-	size_t i;
+	size_t i, max = max_size();
 	int ret;
 
 	p.pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
@@ -250,7 +250,7 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_CRC), crc);
 	EXPECT_EQ(p.req.param.mpa_rev, rev);
 
-	for (i = 0; i < NSIZES && sizes[i] <= max_size(); i++) {
+	for (i = 0; i < NSIZES && sizes[i] <= max; i++) {
 		size_t n = sizes[i];
 		struct kiwarp_sge sge = {
 			.addr = (uintptr_t)p.a.buf, .length = n,
