@@ -48,6 +48,8 @@
 #include <linux/slab.h>
 #include <linux/uio.h>
 #include <linux/ioctl.h>
+#include <linux/mman.h>
+#include <linux/overflow.h>
 #include <asm/ioctls.h>
 #include <net/inet_common.h>
 #include <net/inet_connection_sock.h>
@@ -74,7 +76,7 @@ enum kw_es_state {
 /* every receive, every signaled send not yet taken, and a flush of every
  * send slot (unsignaled Writes complete with a CQE when flushed) */
 #define ES_CQ_ENTRIES		(2 * ES_SQ_ENTRIES + ES_RQ_ENTRIES)
-#define ES_SLOT_LEN		16	/* one SGE or one message */
+#define ES_SLOT_LEN		32	/* one SGE, iomap entry or message */
 #define ES_BUF_DEFAULT		(128 * 1024)
 #define ES_BUF_MIN		(16 * 1024)
 #define ES_BUF_MAX		(4 * 1024 * 1024)
@@ -113,6 +115,14 @@ struct kw_es {
 	u64 sbuf_to, sslots_to, rslots_to;
 	struct kw_rs rs;
 
+	/* one-sided writes (IWARP_IOMAP_SIZE, IWARP_IOMAP, IWARP_IOWRITE) */
+	u32 iomap_size;		/* entries we offer (set before the switch) */
+	u8 *iomap_tbl;		/* they, in tsgl after the target SGL */
+	u32 pd_handle;		/* of ctx: the riomap()ed MRs' PD */
+	struct es_iomap *maps;	/* our riomap()s: rs.remote_iomap_count */
+	u32 maps_pending;	/* of them not yet announced to the peer */
+	u64 iow_bytes;		/* riowrite() bytes sent */
+
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
 	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed (counts) */
@@ -128,6 +138,19 @@ struct kw_es {
 	kuid_t sw_uid;		/* charged (es_bg_users) while busy */
 	bool sw_initiator;
 	bool sw_busy;		/* queued or running; es_release() waits */
+};
+
+/*
+ * A riomap(): [addr, addr + len) of a user's memory, registered in our
+ * context (remote write only), announced as entry i of the peer's iomap
+ * table (pending until a credit allowed it).
+ */
+struct es_iomap {
+	bool used;
+	bool pending;
+	u32 mr_handle;
+	u32 stag;
+	u64 addr, len, offset;
 };
 
 static struct tcp_ulp_ops es_ulp_ops;
@@ -311,11 +334,17 @@ static void es_post_msg(struct kw_es *es, u32 msg, u64 wr_id)
 	es_sq_commit(es);
 }
 
+/* An RDMA Write; signaled (and counted) when wr_id is not 0. */
 static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
-			  const struct kw_rs_sge *dst)
+			  const struct kw_rs_sge *dst, u64 wr_id)
 {
 	struct kiwarp_wqe *w = es_sq_next(es);
 
+	if (wr_id) {
+		w->wr_id = wr_id;
+		w->flags = KIWARP_WR_SIGNALED;
+		es->sq_cqes++;
+	}
 	w->opcode = KIWARP_WR_RDMA_WRITE;
 	w->num_sge = 1;
 	w->sge[0].addr = src_to;
@@ -381,7 +410,7 @@ static void es_credit(struct kw_es *es)
 
 		slot = es_sslot(es, &to);
 		memcpy(slot, c.sge, KW_RS_SGE_LEN);
-		es_post_write(es, to, KW_RS_SGE_LEN, &dst);
+		es_post_write(es, to, KW_RS_SGE_LEN, &dst, 0);
 	}
 	es_post_msg(es, c.msg, ES_WR_CTRL);
 	kw_rs_credit_sent(&es->rs, &c);
@@ -427,6 +456,45 @@ static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 	es_post_recv(es);
 }
 
+/*
+ * Announce the riomap()s not yet announced: for each, an RDMA Write of the
+ * entry into the peer's iomap table and an IOMAP_SGL message, which takes
+ * a message credit. What finds no credit or no room waits for the next
+ * es_process().
+ */
+static void es_iomap_flush(struct kw_es *es)
+{
+	u32 i;
+
+	lockdep_assert_held(&es->lock);
+	if (!es->maps_pending || es->err || es->disc_sent)
+		return;
+	for (i = 0; i < es->rs.remote_iomap_count && es->maps_pending; i++) {
+		struct es_iomap *m = &es->maps[i];
+		struct kw_rs_iomap e = {
+			.offset = m->offset,
+			.sge = { .addr = m->addr, .key = m->stag, .len = m->len },
+		};
+		struct kw_rs_sge dst;
+		u64 to;
+
+		if (!m->pending)
+			continue;
+		if (es_sq_free(es) < 2 + ES_SQ_RESERVE ||
+		    !kw_rs_iomap_dst(&es->rs, i, &dst))
+			return;
+		kw_rs_iomap_encode(&e, es_sslot(es, &to));
+		es_post_write(es, to, KW_RS_IOMAP_LEN, &dst, 0);
+		es_post_msg(es, kw_rs_iomap_sent(&es->rs, i), ES_WR_CTRL);
+		m->pending = false;
+		es->maps_pending--;
+		if (es_doorbell(es)) {
+			es_fail(es, ECONNRESET);
+			return;
+		}
+	}
+}
+
 static void es_send_ctrl(struct kw_es *es);
 
 /* Take every completion there is; true if any. es->lock held. */
@@ -456,6 +524,7 @@ static bool es_process(struct kw_es *es)
 	}
 	if (!es->err) {
 		es_credit(es);
+		es_iomap_flush(es);
 		es_send_ctrl(es);	/* one that found no room before */
 	}
 	if (any)
@@ -566,7 +635,62 @@ static u32 es_tx_room(struct kw_es *es, struct kw_rs_sge *dst)
 	return room;
 }
 
+/*
+ * riowrite(): where the byte at pos of the peer's mappings goes (*dst) and
+ * how many follow it in the same mapping; 0 if no mapping holds pos. The
+ * peer writes our iomap table as it writes the target SGL: under the
+ * socket lock (es_tx_room()).
+ */
+static u32 es_iow_room(struct kw_es *es, u64 pos, struct kw_rs_sge *dst)
+{
+	struct kw_rs_iomap m;
+	bool found;
 
+	lockdep_assert_held(&es->lock);
+	lock_sock(es->sk);
+	found = kw_rs_iomap_find(&es->rs, es->iomap_tbl, pos, &m);
+	release_sock(es->sk);
+	if (!found)
+		return 0;
+	dst->addr = m.sge.addr + (pos - m.offset);
+	dst->key = m.sge.key;
+	return min_t(u64, m.sge.len - (pos - m.offset), KW_RS_MAX_TRANSFER);
+}
+
+/*
+ * The offset of an IWARP_IOWRITE control message: 1 if msg has one, 0 if
+ * not, -EINVAL if it is malformed or not alone of its level. Control
+ * messages of other levels are ignored, as before.
+ */
+static int es_cmsg_iowrite(struct msghdr *msg, u64 *pos)
+{
+	struct cmsghdr *c;
+	int found = 0;
+
+	if (!msg->msg_controllen)
+		return 0;
+	if (msg->msg_control_is_user)
+		return -EINVAL;	/* sendmsg() copies it in: not expected */
+	for_each_cmsghdr(c, msg) {
+		if (!CMSG_OK(msg, c))
+			return -EINVAL;
+		if (c->cmsg_level != SOL_IWARP)
+			continue;
+		if (found || c->cmsg_type != IWARP_IOWRITE ||
+		    c->cmsg_len != CMSG_LEN(sizeof(*pos)))
+			return -EINVAL;
+		memcpy(pos, CMSG_DATA(c), sizeof(*pos));
+		found = 1;
+	}
+	return found;
+}
+
+/*
+ * write() and friends: into the stream (an RDMA Write into the buffer the
+ * peer advertised, then a DATA message); with IWARP_IOWRITE, one-sided
+ * into the peer's mappings (a signaled RDMA Write alone, which frees its
+ * sbuf bytes when it completes).
+ */
 static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
 	struct sock *sk = sock->sk;
@@ -574,11 +698,17 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
 	long timeo = sock_sndtimeo(sk, nonblock);
 	size_t copied = 0;
-	int ret = 0;
+	u64 iow_pos = 0, end;
+	int ret = 0, iow;
 	u32 gen0, gen;
 
 	if (msg->msg_flags & MSG_OOB)
 		return -EOPNOTSUPP;
+	iow = es_cmsg_iowrite(msg, &iow_pos);
+	if (iow < 0)
+		return iow;
+	if (iow && check_add_overflow(iow_pos, (u64)len, &end))
+		return -EINVAL;
 	for (;;) {
 		ret = es_lock(es, nonblock);
 		if (ret)
@@ -599,7 +729,15 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			}
 			if (es_sq_free(es) < 2 + ES_SQ_RESERVE)
 				break;
-			room = es_tx_room(es, &dst);
+			if (iow) {
+				room = es_iow_room(es, iow_pos + copied, &dst);
+				if (!room) {
+					ret = -EINVAL;	/* not mapped */
+					break;
+				}
+			} else {
+				room = es_tx_room(es, &dst);
+			}
 			off = es->sb_off;
 			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
 				 es->sbuf_size - off);
@@ -610,13 +748,19 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				ret = -EFAULT;
 				break;
 			}
-			es_post_write(es, es->sbuf_to + off, n, &dst);
-			es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
-				    ES_WR_DATA | n);
+			if (iow) {
+				es_post_write(es, es->sbuf_to + off, n, &dst,
+					      ES_WR_DATA | n);
+				es->iow_bytes += n;
+			} else {
+				es_post_write(es, es->sbuf_to + off, n, &dst, 0);
+				es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
+					    ES_WR_DATA | n);
+				es->tx_bytes += n;
+				atomic64_add(n, &es_stat_tx_bytes);
+			}
 			es->sb_head += n;
 			es->sb_off = off + n == es->sbuf_size ? 0 : off + n;
-			es->tx_bytes += n;
-			atomic64_add(n, &es_stat_tx_bytes);
 			copied += n;
 			if (es_doorbell(es)) {
 				es_fail(es, ECONNRESET);
@@ -852,6 +996,10 @@ static void es_teardown(struct kw_es *es)
 	}
 	kw_umem_put(es->mem);
 	es->mem = NULL;
+	/* their MRs went with the context */
+	kfree(es->maps);
+	es->maps = NULL;
+	es->maps_pending = 0;
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
@@ -866,8 +1014,9 @@ static u32 es_buf_size(const struct sock *sk, bool rcv)
 }
 
 /*
- * Memory: rbuf | tsgl (1 page) | sbuf | slots (1 page: the send WRs'
- * 16-byte slots, then the receive WRs' 4-byte ones). Three MRs: rbuf and
+ * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table) |
+ * sbuf | slots (1 page: the send WRs' 32-byte slots, then the receive WRs'
+ * 4-byte ones). Three MRs: rbuf and
  * tsgl, which the peer writes, and everything after them, which only we
  * use.
  */
@@ -888,7 +1037,10 @@ static int es_alloc(struct kw_es *es)
 
 	BUILD_BUG_ON(ES_SQ_ENTRIES * ES_SLOT_LEN +
 		     ES_RQ_ENTRIES * KW_RS_MSG_LEN > PAGE_SIZE);
-	BUILD_BUG_ON(KW_RS_SGL_SIZE * KW_RS_SGE_LEN > PAGE_SIZE);
+	BUILD_BUG_ON(KW_RS_SGL_SIZE * KW_RS_SGE_LEN +
+		     KW_RS_IOMAP_MAX * KW_RS_IOMAP_LEN > PAGE_SIZE);
+	BUILD_BUG_ON(IWARP_IOMAP_MAX != KW_RS_IOMAP_MAX);
+	BUILD_BUG_ON(KW_RS_IOMAP_LEN > ES_SLOT_LEN);
 	es->rbuf_size = es_buf_size(es->sk, true);
 	es->sbuf_size = es_buf_size(es->sk, false);
 	rb_pages = es->rbuf_size >> PAGE_SHIFT;
@@ -909,6 +1061,7 @@ static int es_alloc(struct kw_es *es)
 	}
 	es->rbuf = base;
 	es->tsgl = es->rbuf + es->rbuf_size;
+	es->iomap_tbl = es->tsgl + KW_RS_SGL_SIZE * KW_RS_SGE_LEN;
 	es->sbuf = es->tsgl + PAGE_SIZE;
 	es->sslots = es->sbuf + es->sbuf_size;
 	es->rslots = es->sslots + ES_SQ_ENTRIES * ES_SLOT_LEN;
@@ -916,6 +1069,7 @@ static int es_alloc(struct kw_es *es)
 	ret = kw_pd_alloc(es->ctx, &pd);
 	if (ret)
 		return ret;
+	es->pd_handle = pd.handle;
 	mr.pd = pd.handle;
 	mr.access = KIWARP_ACCESS_LOCAL_WRITE | KIWARP_ACCESS_REMOTE_WRITE;
 	ret = kw_mr_reg_kernel(es->ctx, es->mem, 0, rb_pages, ES_TO_BASE, &mr);
@@ -971,6 +1125,7 @@ static int es_alloc(struct kw_es *es)
 	cfg.rbuf_key = es->rbuf_key;
 	cfg.tsgl_to = ES_TO_BASE;
 	cfg.tsgl_key = es->tsgl_key;
+	cfg.iomap_size = es->iomap_size;
 	ret = kw_rs_init(&es->rs, &cfg);
 	if (ret)
 		return ret;
@@ -1156,7 +1311,119 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->tx_bytes = es->tx_bytes;
 	info->rx_bytes = es->rx_bytes;
 	info->readable = es->rs.readable;
+	info->iowrite_bytes = es->iow_bytes;
+	info->iomap_size = es->iomap_size;
+	info->peer_iomap_size = es->rs.remote_iomap_count;
 	return 0;
+}
+
+/*
+ * riomap(): pin and register the memory (remote write only), take a free
+ * entry of the peer's table, announce it. Pins under es->lock, which no
+ * path takes under mmap_lock.
+ */
+static int es_riomap(struct kw_es *es, const struct iwarp_iomap *io)
+{
+	struct kiwarp_reg_mr mr = {
+		.pd = es->pd_handle,
+		.access = KIWARP_ACCESS_LOCAL_WRITE |
+			  KIWARP_ACCESS_REMOTE_WRITE,
+		.addr = io->addr,
+		.length = io->len,
+	};
+	struct es_iomap *m;
+	u64 end;
+	u32 i;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	/* the entry's length is 32 bits on the wire */
+	if (io->prot != PROT_WRITE || io->reserved || !io->len ||
+	    io->len > U32_MAX || check_add_overflow(io->offset, io->len, &end))
+		return -EINVAL;
+	if (!es->rs.remote_iomap_count)
+		return -ENOMEM;	/* the peer offered no table (rsockets) */
+	if (!es->maps) {
+		es->maps = kcalloc(es->rs.remote_iomap_count,
+				   sizeof(*es->maps), GFP_KERNEL_ACCOUNT);
+		if (!es->maps)
+			return -ENOMEM;
+	}
+	for (i = 0; i < es->rs.remote_iomap_count && es->maps[i].used; i++)
+		;
+	if (i == es->rs.remote_iomap_count)
+		return -ENOMEM;	/* its table is full (rsockets) */
+	ret = kw_mr_reg(es->ctx, &mr);
+	if (ret)
+		return ret;
+	m = &es->maps[i];
+	m->used = true;
+	m->pending = true;
+	m->mr_handle = mr.handle;
+	m->stag = mr.stag;
+	m->addr = io->addr;
+	m->len = io->len;
+	m->offset = io->offset;
+	es->maps_pending++;
+	es_iomap_flush(es);
+	return 0;
+}
+
+/* riounmap(): the mapping of exactly [addr, addr + len). */
+static int es_riounmap(struct kw_es *es, const struct iwarp_iomap *io)
+{
+	struct kiwarp_handle h = {};
+	u32 i;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (io->prot || io->reserved || io->offset)
+		return -EINVAL;
+	for (i = 0; es->maps && i < es->rs.remote_iomap_count; i++) {
+		struct es_iomap *m = &es->maps[i];
+
+		if (!m->used || m->addr != io->addr || m->len != io->len)
+			continue;
+		h.handle = m->mr_handle;
+		ret = kw_mr_dereg(es->ctx, &h);
+		if (ret)
+			return ret;
+		if (m->pending)
+			es->maps_pending--;
+		memset(m, 0, sizeof(*m));
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* IWARP_IOMAP, IWARP_IOUNMAP: on a running stream. */
+static int es_iomap_opt(struct kw_es *es, struct socket *sock, int optname,
+			sockptr_t optval, unsigned int optlen)
+{
+	bool nonblock = sock->file && (sock->file->f_flags & O_NONBLOCK);
+	struct iwarp_iomap io;
+	int ret;
+	u32 gen0;
+
+	if (optlen < sizeof(io))
+		return -EINVAL;
+	if (copy_from_sockptr(&io, optval, sizeof(io)))
+		return -EFAULT;
+	ret = es_lock(es, nonblock);
+	if (ret)
+		return ret;
+	gen0 = es->gen;
+	es_process(es);
+	if (es->state != ES_RUN)
+		ret = es->err ? -es->err : -ENOTCONN;
+	else if (es->err)
+		ret = -es->err;
+	else if (optname == IWARP_IOMAP)
+		ret = es_riomap(es, &io);
+	else
+		ret = es_riounmap(es, &io);
+	es_unlock(es, gen0);
+	return ret;
 }
 
 static int es_setsockopt(struct socket *sock, int level, int optname,
@@ -1172,15 +1439,20 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 						 optlen);
 	if (!es)
 		return -ENOPROTOOPT;	/* no ULP (or a clone without memory) */
-	if (optname != IWARP_MODE && optname != IWARP_CRC)
+	if (optname == IWARP_IOMAP || optname == IWARP_IOUNMAP)
+		return es_iomap_opt(es, sock, optname, optval, optlen);
+	if (optname != IWARP_MODE && optname != IWARP_CRC &&
+	    optname != IWARP_IOMAP_SIZE)
 		return -ENOPROTOOPT;
 	if (optlen < sizeof(int))
 		return -EINVAL;
 	if (copy_from_sockptr(&val, optval, sizeof(val)))
 		return -EFAULT;
 	/* a connection's, not a listener's (its children do not inherit) */
-	if (optname == IWARP_CRC &&
-	    ((val != 0 && val != 1) ||
+	if ((optname == IWARP_CRC && val != 0 && val != 1) ||
+	    (optname == IWARP_IOMAP_SIZE &&
+	     (val < 0 || val > IWARP_IOMAP_MAX)) ||
+	    (optname != IWARP_MODE &&
 	     READ_ONCE(sock->sk->sk_state) == TCP_LISTEN))
 		return -EINVAL;
 	if (READ_ONCE(es->state) == ES_STARTING)
@@ -1194,11 +1466,13 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		if (ret)
 			return ret;
 	}
-	if (optname == IWARP_CRC) {
-		/* what the MPA exchange asks for: before it only */
+	if (optname == IWARP_CRC || optname == IWARP_IOMAP_SIZE) {
+		/* what the MPA exchange offers: before it only */
 		ret = es_check_attached(es);
-		if (!ret)
+		if (!ret && optname == IWARP_CRC)
 			WRITE_ONCE(es->no_crc, !val);
+		else if (!ret)
+			WRITE_ONCE(es->iomap_size, val);
 		mutex_unlock(&es->lock);
 		return ret;
 	}
@@ -1246,7 +1520,7 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 	if (len < 0)
 		return -EINVAL;
 	if (optname != IWARP_MODE && optname != IWARP_INFO &&
-	    optname != IWARP_CRC)
+	    optname != IWARP_CRC && optname != IWARP_IOMAP_SIZE)
 		return -ENOPROTOOPT;
 	/*
 	 * A switch in its MPA exchange holds the lock: report it as under
@@ -1269,6 +1543,8 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 	/* what the MPA exchange asks for (set only before it starts) */
 	if (optname == IWARP_CRC)
 		val = !READ_ONCE(es->no_crc);
+	else if (optname == IWARP_IOMAP_SIZE)
+		val = READ_ONCE(es->iomap_size);
 	if (optname == IWARP_INFO) {
 		len = min_t(int, len, sizeof(info));
 		ret = copy_to_user(optval, &info, len);

@@ -45,6 +45,32 @@ void kw_rs_sge_decode(const u8 *p, struct kw_rs_sge *s)
 	s->len = get_unaligned_le32(p + 12);
 }
 
+/* struct rs_iomap: offset, then addr, key, length; little-endian. */
+void kw_rs_iomap_encode(const struct kw_rs_iomap *m, u8 *out)
+{
+	put_unaligned_le64(m->offset, out);
+	kw_rs_sge_encode(&m->sge, out + 8);
+}
+
+void kw_rs_iomap_decode(const u8 *p, struct kw_rs_iomap *m)
+{
+	m->offset = get_unaligned_le64(p);
+	kw_rs_sge_decode(p + 8, &m->sge);
+}
+
+/* rsockets' rs_value_to_scale(v, 8) and rs_scale_to_value(v, 8). */
+u8 kw_rs_iomap_scale(u32 entries)
+{
+	if (entries <= 0x80)
+		return entries;
+	return 0x80 | min_t(u32, entries >> 8, 0x7f);
+}
+
+u32 kw_rs_iomap_entries(u8 scaled)
+{
+	return scaled <= 0x80 ? scaled : (u32)(scaled & 0x7f) << 8;
+}
+
 /*
  * struct rs_conn_data: version, flags, credits (be16), 3 reserved bytes,
  * target_iomap_size, then target_sgl and data_buf (16 bytes each).
@@ -99,6 +125,8 @@ int kw_rs_init(struct kw_rs *rs, const struct kw_rs_cfg *cfg)
 	/* credit_mark = rq_size / 2 must move; s16 windows */
 	if (cfg->rq_size < 2 || cfg->rq_size > 0x7fff)
 		return -EINVAL;
+	if (cfg->iomap_size > KW_RS_IOMAP_MAX)
+		return -EINVAL;
 	memset(rs, 0, sizeof(*rs));
 	rs->cfg = *cfg;
 	rs->half = cfg->rbuf_size / 2;
@@ -116,6 +144,10 @@ void kw_rs_local_conn(const struct kw_rs *rs, struct kw_rs_conn *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->version = KW_RS_VERSION;
+	if (rs->cfg.iomap_size) {
+		c->flags = KW_RS_FLAG_IOMAP;
+		c->iomap_size = kw_rs_iomap_scale(rs->cfg.iomap_size);
+	}
 	c->credits = rs->cfg.rq_size;
 	c->target_sgl.addr = rs->cfg.tsgl_to;
 	c->target_sgl.key = rs->cfg.tsgl_key;
@@ -136,6 +168,10 @@ int kw_rs_start(struct kw_rs *rs, const struct kw_rs_conn *peer)
 	rs->remote_sgl_to = peer->target_sgl.addr;
 	rs->remote_sgl_key = peer->target_sgl.key;
 	rs->remote_sgl_count = peer->target_sgl.len;
+	/* a table larger than we use is fine: its first entries serve */
+	if (peer->flags & KW_RS_FLAG_IOMAP)
+		rs->remote_iomap_count = min_t(u32, KW_RS_IOMAP_MAX,
+				kw_rs_iomap_entries(peer->iomap_size));
 	return 0;
 }
 
@@ -175,6 +211,43 @@ u32 kw_rs_tx_sent(struct kw_rs *rs, u32 len)
 	return KW_RS_MSG(KW_RS_OP_DATA, len);
 }
 
+/* ----------------------------------------------------------------- iomap */
+
+bool kw_rs_iomap_dst(const struct kw_rs *rs, u32 index, struct kw_rs_sge *dst)
+{
+	if (index >= rs->remote_iomap_count ||
+	    (s16)(u16)(rs->sseq_comp - rs->sseq_no) <= 0)
+		return false;
+	/* rsockets: the table follows the target SGL, under its STag */
+	dst->addr = rs->remote_sgl_to +
+		    (u64)rs->remote_sgl_count * KW_RS_SGE_LEN +
+		    (u64)index * KW_RS_IOMAP_LEN;
+	dst->key = rs->remote_sgl_key;
+	dst->len = KW_RS_IOMAP_LEN;
+	return true;
+}
+
+u32 kw_rs_iomap_sent(struct kw_rs *rs, u32 index)
+{
+	rs->sseq_no++;
+	return KW_RS_MSG(KW_RS_OP_IOMAP_SGL, index);
+}
+
+bool kw_rs_iomap_find(const struct kw_rs *rs, const u8 *tbl, u64 offset,
+		      struct kw_rs_iomap *m)
+{
+	u32 i;
+
+	/* the first entry that holds it, as rsockets' rs_find_iomap() */
+	for (i = 0; i < rs->cfg.iomap_size; i++) {
+		kw_rs_iomap_decode(tbl + i * KW_RS_IOMAP_LEN, m);
+		if (m->sge.len && offset >= m->offset &&
+		    offset - m->offset < m->sge.len)
+			return true;
+	}
+	return false;
+}
+
 /* -------------------------------------------------------------- receiver */
 
 static int rx_data(struct kw_rs *rs, u32 len)
@@ -207,11 +280,15 @@ int kw_rs_rx_msg(struct kw_rs *rs, u32 msg)
 		return KW_RS_EV_CREDIT;
 	case KW_RS_OP_IOMAP_SGL:
 		/*
-		 * We offer no iomap table (iomap_size 0), so a peer has none
-		 * to update; rsockets would also count this message against
-		 * its credits, which we could not follow.
+		 * The peer wrote entry val of our table (its riomap()). The
+		 * message took one of its credits, as DATA does: counted, so
+		 * that it is granted back (rsockets never grants it back).
 		 */
-		return -EPROTO;
+		if (val >= rs->cfg.iomap_size ||
+		    (s16)(u16)(rs->granted - rs->rx_msgs) <= 0)
+			return -EPROTO;
+		rs->rx_msgs++;
+		return KW_RS_EV_NONE;
 	case KW_RS_OP_CTRL:
 		switch (val) {
 		case KW_RS_CTRL_DISCONNECT:

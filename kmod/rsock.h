@@ -44,6 +44,8 @@
 #define KW_RS_SGL_SIZE		2	/* entries of our target SGL */
 #define KW_RS_MAX_SGL		256	/* the most entries we accept of a peer */
 #define KW_RS_MAX_TRANSFER	65536	/* the largest Write rsockets makes */
+#define KW_RS_IOMAP_LEN		24	/* offset u64, then an SGE */
+#define KW_RS_IOMAP_MAX		128	/* the most entries we offer or use */
 
 /* Messages: op in bits 31..29, value in 28..0. */
 #define KW_RS_OP_SHIFT		29
@@ -54,8 +56,8 @@
 #define KW_RS_OP_DRA_MORE	3	/* reserved */
 #define KW_RS_OP_SGL		4	/* value: new credit limit (u16) */
 #define KW_RS_OP_RSVD		5
-#define KW_RS_OP_IOMAP_SGL	6	/* value: iomap entry updated (we
-					 * offer none: -EPROTO) */
+#define KW_RS_OP_IOMAP_SGL	6	/* value: index of the iomap entry
+					 * just written */
 #define KW_RS_OP_CTRL		7	/* value: KW_RS_CTRL_* */
 #define KW_RS_CTRL_DISCONNECT	0
 #define KW_RS_CTRL_KEEPALIVE	1
@@ -67,6 +69,19 @@ struct kw_rs_sge {
 	u64 addr;
 	u32 key;
 	u32 len;
+};
+
+/*
+ * An iomap entry (rsockets' struct rs_iomap): the peer's riomap() of len
+ * bytes at addr/key, reachable by riowrite() at offsets [offset,
+ * offset + len). Each side offers a table of them (iomap_size entries in
+ * the connection data, right after its target SGL, same STag) which the
+ * other side fills by RDMA Writes, each followed by an IOMAP_SGL message
+ * with the entry's index. Little-endian, as target SGL entries.
+ */
+struct kw_rs_iomap {
+	u64 offset;
+	struct kw_rs_sge sge;
 };
 
 /* struct rs_conn_data, host order. */
@@ -84,6 +99,11 @@ void kw_rs_conn_encode(const struct kw_rs_conn *c, u8 *out);
 int kw_rs_conn_decode(const u8 *p, u32 len, struct kw_rs_conn *c);
 void kw_rs_sge_encode(const struct kw_rs_sge *s, u8 *out);
 void kw_rs_sge_decode(const u8 *p, struct kw_rs_sge *s);
+void kw_rs_iomap_encode(const struct kw_rs_iomap *m, u8 *out);
+void kw_rs_iomap_decode(const u8 *p, struct kw_rs_iomap *m);
+/* rsockets' 8-bit scale of iomap_size: exact up to 128, then coarse. */
+u8 kw_rs_iomap_scale(u32 entries);
+u32 kw_rs_iomap_entries(u8 scaled);
 
 static inline void kw_rs_msg_encode(u32 msg, u8 *out)
 {
@@ -103,6 +123,8 @@ struct kw_rs_cfg {
 	u32 rbuf_key;
 	u64 tsgl_to;		/* target SGL array's TO base and STag */
 	u32 tsgl_key;
+	u32 iomap_size;		/* iomap entries offered after the target
+				 * SGL, 0 .. KW_RS_IOMAP_MAX */
 };
 
 struct kw_rs {
@@ -130,6 +152,8 @@ struct kw_rs {
 	u32 remote_sgl_key;
 	u32 remote_sgl_count;
 	u32 remote_sge;		/* its entry our next advertisement goes to */
+	u32 remote_iomap_count;	/* entries of the peer's iomap table we
+				 * may fill (at most KW_RS_IOMAP_MAX) */
 };
 
 /* rbuf_size/rq_size out of range: -EINVAL. */
@@ -153,10 +177,28 @@ int kw_rs_start(struct kw_rs *rs, const struct kw_rs_conn *peer);
 u32 kw_rs_tx_room(struct kw_rs *rs, u8 *tsgl, struct kw_rs_sge *dst);
 u32 kw_rs_tx_sent(struct kw_rs *rs, u32 len);
 
+/*
+ * riomap(): an entry of the peer's iomap table is written by an RDMA Write
+ * (of KW_RS_IOMAP_LEN bytes to *dst) and announced by the message that
+ * kw_rs_iomap_sent() returns, which takes a message credit as DATA does.
+ * kw_rs_iomap_dst() is false when there is no credit or no such entry.
+ */
+bool kw_rs_iomap_dst(const struct kw_rs *rs, u32 index, struct kw_rs_sge *dst);
+u32 kw_rs_iomap_sent(struct kw_rs *rs, u32 index);
+
+/*
+ * riowrite(): the entry of our own iomap table (tbl, cfg.iomap_size
+ * entries written by the peer) that holds offset, copied once into *m;
+ * false if none does. The caller keeps the peer's Writes into tbl from
+ * being placed meanwhile, as for kw_rs_tx_room().
+ */
+bool kw_rs_iomap_find(const struct kw_rs *rs, const u8 *tbl, u64 offset,
+		      struct kw_rs_iomap *m);
+
 /* What an incoming message means. */
 enum kw_rs_event {
 	KW_RS_EV_NONE,		/* nothing for the application (keepalive,
-				 * iomap update) */
+				 * an update of our iomap table) */
 	KW_RS_EV_DATA,		/* bytes became readable */
 	KW_RS_EV_CREDIT,	/* the sender may go on */
 	KW_RS_EV_SHUTDOWN,	/* peer will send no more (half-close) */
@@ -164,8 +206,9 @@ enum kw_rs_event {
 };
 
 /* A received message: a KW_RS_EV_*, or -EPROTO for a protocol violation
- * (reserved op, an iomap update, DATA beyond the credits or the advertised
- * space, a credit limit going back). */
+ * (reserved op, an iomap update of an entry we do not offer, DATA or an
+ * update beyond the credits, DATA beyond the advertised space, a credit
+ * limit going back). */
 int kw_rs_rx_msg(struct kw_rs *rs, u32 msg);
 
 /*

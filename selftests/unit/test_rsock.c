@@ -749,12 +749,201 @@ TEST(ctrl_and_iomap_events)
 	EXPECT_EQ(kw_rs_rx_msg(&rs, 0xe0000002u), KW_RS_EV_SHUTDOWN);
 	EXPECT_EQ(kw_rs_rx_msg(&rs, 0xe0000001u), KW_RS_EV_NONE);
 	EXPECT_MEMEQ(&before, &rs, sizeof(rs));
-	/* we offer no iomap table: an update of one is a broken peer */
+	/* no iomap table offered (cfg_a): an update of one is a broken peer */
 	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0));
 	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 77));
 	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_CTRL, 3));
 	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_CTRL, 0x100));
 	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_VAL_MASK));
+}
+
+/* ------------------------------------------------------------- iomap */
+
+/* rsockets' rs_value_to_scale() / rs_scale_to_value() with bits 8 */
+static int ref_scale(int v)
+{
+	return v <= 128 ? v : 128 | (v >> 8);
+}
+
+static int ref_value(int v)
+{
+	return v <= 128 ? v : (v & ~128) << 8;
+}
+
+TEST(iomap_scale_as_rsockets)
+{
+	int v;
+
+	for (v = 0; v <= 0x7fff; v++)
+		if (kw_rs_iomap_scale(v) != (u8)ref_scale(v))
+			break;
+	EXPECT_EQ(v, 0x8000);
+	for (v = 0; v <= 255; v++)
+		if (kw_rs_iomap_entries(v) != (u32)ref_value(v))
+			break;
+	EXPECT_EQ(v, 256);
+	EXPECT_EQ(kw_rs_iomap_entries(kw_rs_iomap_scale(128)), 128);
+	/* the largest a peer can offer; we use KW_RS_IOMAP_MAX of it */
+	EXPECT_EQ(kw_rs_iomap_entries(0xff), 0x7f00);
+}
+
+TEST(iomap_entry_le_layout)
+{
+	static const u8 vec[KW_RS_IOMAP_LEN] = {
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,	/* offset */
+		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,	/* addr */
+		0x24, 0x23, 0x22, 0x21,				/* key */
+		0x34, 0x33, 0x32, 0x31,				/* len */
+	};
+	struct kw_rs_iomap m = {
+		.offset = 0x0102030405060708ULL,
+		.sge = { 0x1112131415161718ULL, 0x21222324, 0x31323334 },
+	}, d;
+	u8 b[KW_RS_IOMAP_LEN];
+
+	kw_rs_iomap_encode(&m, b);
+	EXPECT_MEMEQ(b, vec, sizeof(vec));
+	kw_rs_iomap_decode(vec, &d);
+	EXPECT_MEMEQ(&d, &m, sizeof(m));
+}
+
+static struct kw_rs_cfg cfg_io(const struct kw_rs_cfg *base, u32 entries)
+{
+	struct kw_rs_cfg c = *base;
+
+	c.iomap_size = entries;
+	return c;
+}
+
+TEST(iomap_offer_in_conn_data)
+{
+	struct kw_rs_cfg a = cfg_io(&cfg_a, 3), b = cfg_io(&cfg_b, 128);
+	struct kw_rs rs, peer;
+	struct kw_rs_conn c;
+	u8 w[KW_RS_CONN_LEN];
+
+	ASSERT_EQ(kw_rs_init(&rs, &a), 0);
+	kw_rs_local_conn(&rs, &c);
+	EXPECT_EQ(c.flags, KW_RS_FLAG_IOMAP);
+	EXPECT_EQ(c.iomap_size, 3);
+	kw_rs_conn_encode(&c, w);
+	EXPECT_EQ(w[1], KW_RS_FLAG_IOMAP);
+	EXPECT_EQ(w[7], 3);
+	a.iomap_size = KW_RS_IOMAP_MAX + 1;
+	EXPECT_EQ(kw_rs_init(&peer, &a), -EINVAL);
+
+	/* what the peer offers is what we may fill */
+	ASSERT_EQ(start_with(&rs, &cfg_a, &b), 0);
+	EXPECT_EQ(rs.remote_iomap_count, 128);
+	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
+	EXPECT_EQ(rs.remote_iomap_count, 0);
+	/* a size without the flag is no table (rsockets) */
+	ASSERT_EQ(kw_rs_init(&peer, &b), 0);
+	kw_rs_local_conn(&peer, &c);
+	c.flags = 0;
+	ASSERT_EQ(kw_rs_init(&rs, &cfg_a), 0);
+	ASSERT_EQ(kw_rs_start(&rs, &c), 0);
+	EXPECT_EQ(rs.remote_iomap_count, 0);
+	/* a larger table than we use: its first KW_RS_IOMAP_MAX entries */
+	c.flags = KW_RS_FLAG_IOMAP;
+	c.iomap_size = 0xff;
+	ASSERT_EQ(kw_rs_start(&rs, &c), 0);
+	EXPECT_EQ(rs.remote_iomap_count, KW_RS_IOMAP_MAX);
+}
+
+/* The entry goes after the peer's target SGL, under its STag, and costs
+ * a credit; none left, no entry. */
+TEST(iomap_dst_and_credit)
+{
+	struct kw_rs_cfg b = cfg_io(&cfg_b, 4);
+	struct kw_rs rs;
+	struct kw_rs_sge d;
+	u32 i;
+
+	ASSERT_EQ(start_with(&rs, &cfg_a, &b), 0);
+	EXPECT_FALSE(kw_rs_iomap_dst(&rs, 4, &d));
+	ASSERT_TRUE(kw_rs_iomap_dst(&rs, 3, &d));
+	EXPECT_EQ(d.addr, b.tsgl_to + KW_RS_SGL_SIZE * KW_RS_SGE_LEN +
+		  3 * KW_RS_IOMAP_LEN);
+	EXPECT_EQ(d.key, b.tsgl_key);
+	EXPECT_EQ(d.len, KW_RS_IOMAP_LEN);
+	for (i = 0; i < b.rq_size; i++) {
+		ASSERT_TRUE(kw_rs_iomap_dst(&rs, i % 4, &d));
+		EXPECT_EQ(kw_rs_iomap_sent(&rs, i % 4),
+			  KW_RS_MSG(KW_RS_OP_IOMAP_SGL, i % 4));
+	}
+	EXPECT_FALSE(kw_rs_iomap_dst(&rs, 0, &d));
+	EXPECT_EQ(rs.sseq_no, b.rq_size);
+	/* and DATA waits for the same credit */
+	{
+		u8 tsgl[KW_RS_SGL_SIZE * KW_RS_SGE_LEN] = { 0 };
+
+		EXPECT_EQ(kw_rs_tx_room(&rs, tsgl, &d), 0);
+	}
+}
+
+/* The receiver counts an update as a message: within the credits, and
+ * granted back like DATA. */
+TEST(iomap_update_received)
+{
+	struct kw_rs_cfg a = cfg_io(&cfg_a, 2);
+	struct kw_rs rs;
+	struct kw_rs_credit c;
+	u32 i;
+
+	ASSERT_EQ(start_with(&rs, &a, &cfg_b), 0);
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	kw_rs_credit_sent(&rs, &c);
+	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 2));
+	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, KW_RS_VAL_MASK));
+	for (i = 0; i < a.rq_size; i++)
+		EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, i & 1)),
+			  KW_RS_EV_NONE);
+	EXPECT_EQ(rs.rx_msgs, a.rq_size);
+	EXPECT_EQ(rs.readable, 0);
+	/* beyond the credits: a broken peer, updates and DATA alike */
+	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0));
+	expect_eproto(kwt_fail, &rs, KW_RS_MSG(KW_RS_OP_DATA, 1));
+	/* the credits come back */
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	EXPECT_EQ(c.msg, KW_RS_MSG(KW_RS_OP_SGL, 2 * a.rq_size));
+}
+
+/* riowrite()'s lookup: the first entry holding the offset, only our
+ * own table's entries, none of length 0, no wrap at the top. */
+TEST(iomap_find)
+{
+	struct kw_rs_cfg a = cfg_io(&cfg_a, 3);
+	u8 tbl[4 * KW_RS_IOMAP_LEN] = { 0 };
+	struct kw_rs_iomap e[4] = {
+		{ 1000, { 0x5000, 7, 100 } },
+		{ 1050, { 0x9000, 8, 100 } },
+		{ ~0ULL - 9, { 0xa000, 9, 100 } },
+		{ 0, { 0xb000, 10, 4096 } },	/* beyond our table */
+	}, m;
+	struct kw_rs rs;
+	int i;
+
+	ASSERT_EQ(start_with(&rs, &a, &cfg_b), 0);
+	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
+	for (i = 0; i < 4; i++)
+		kw_rs_iomap_encode(&e[i], tbl + i * KW_RS_IOMAP_LEN);
+	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 999, &m));
+	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 0, &m));
+	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
+	EXPECT_EQ(m.sge.key, 7);
+	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1099, &m));
+	EXPECT_EQ(m.sge.key, 7);
+	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1100, &m));
+	EXPECT_EQ(m.sge.key, 8);
+	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 1150, &m));
+	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, ~0ULL, &m));
+	EXPECT_EQ(m.sge.key, 9);
+	/* an entry zeroed by the peer is gone */
+	memset(tbl + 8 + 8 + 4, 0, 4);
+	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
+	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1050, &m));
+	EXPECT_EQ(m.sge.key, 8);
 }
 
 /* ------------------------------------------------ the duplex simulation */

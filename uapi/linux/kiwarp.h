@@ -540,6 +540,46 @@ struct kiwarp_cqe {
  * connection (an accepted one too), not on a listening socket (EINVAL).
  */
 #define IWARP_CRC		3
+/*
+ * One-sided writes, as rsockets' riomap()/riowrite() and wire-compatible
+ * with them (Documentation/extended-sockets.md, "One-sided writes"):
+ *
+ * IWARP_IOMAP_SIZE  int, before IWARP_MODE, on a connection (EINVAL on a
+ *                   listener): how many regions, 0 (the default) .. 128,
+ *                   the peer may map for this side's riowrite()s.
+ * IWARP_IOMAP       set, struct iwarp_iomap, on a running stream: pin
+ *                   [addr, addr + len) and let the peer RDMA-Write it at
+ *                   offsets [offset, offset + len) (prot PROT_WRITE). The
+ *                   peer learns of it by an entry of its iomap table and
+ *                   a message, sent at once when a credit allows, else by
+ *                   the next call on the socket. ENOMEM when the peer's
+ *                   table is full (or it offered none), as rsockets says;
+ *                   pinned memory counts against RLIMIT_MEMLOCK.
+ * IWARP_IOUNMAP     set, struct iwarp_iomap (addr and len of a mapping,
+ *                   the rest 0): unpin it. The peer is not told (as in
+ *                   rsockets): its later writes there end the connection
+ *                   with a Terminate.
+ * IWARP_IOWRITE     control message type (level SOL_IWARP) of sendmsg():
+ *                   a __u64 offset into the peer's mappings. The bytes go
+ *                   by RDMA Write straight into the peer's memory at that
+ *                   offset; nobody is told. Returns the bytes written,
+ *                   fewer at the end of a mapping; EINVAL if no mapping
+ *                   of the peer holds offset. Ordered with the stream:
+ *                   bytes written to the stream after it arrive after.
+ */
+#define IWARP_IOMAP_SIZE	4
+#define IWARP_IOMAP		5
+#define IWARP_IOUNMAP		6
+#define IWARP_IOWRITE		7
+#define IWARP_IOMAP_MAX		128
+
+struct iwarp_iomap {
+	__aligned_u64 addr;	/* the caller's memory */
+	__aligned_u64 len;
+	__aligned_u64 offset;	/* where the peer's riowrite() finds it */
+	__u32 prot;		/* PROT_WRITE (IWARP_IOUNMAP: 0) */
+	__u32 reserved;		/* 0 */
+};
 
 #define IWARP_MODE_AUTO		1
 #define IWARP_MODE_ACTIVE	2	/* MPA initiator */
@@ -561,6 +601,9 @@ struct iwarp_info {
 	__u32 readable;		/* received, not yet read */
 	__aligned_u64 tx_bytes;	/* stream bytes sent over iWARP */
 	__aligned_u64 rx_bytes;	/* ... received */
+	__aligned_u64 iowrite_bytes;	/* sent by IWARP_IOWRITE */
+	__u32 iomap_size;	/* IWARP_IOMAP_SIZE: entries we offer */
+	__u32 peer_iomap_size;	/* entries the peer offers (IWARP_IOMAP) */
 };
 
 /* ---------------------------------------------------------------------- */
