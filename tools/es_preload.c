@@ -10,6 +10,7 @@
  *   KIWARP_ES_PORTS=P[,P..]  only those whose remote (connect) or local
  *                            (accept) port is listed
  *
+ * A socket that already wears the kiwarp ULP is left to whoever set it.
  * A connection that cannot be switched is closed and the call fails with
  * the switch's errno (both ends must run under kiwarp-run --iwarp). A
  * non-blocking socket switches in the background: accept returns it at
@@ -86,9 +87,18 @@ static int wanted(int fd, int port)
 
 	if (!es_on || port < 0)
 		return 0;
+	char ulp[16] = "";
+	socklen_t ul = sizeof(ulp);
+
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) ||
 	    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) ||
 	    type != SOCK_STREAM || proto != IPPROTO_TCP)
+		return 0;
+	/* one that wears our ULP already is switched by whoever set it (the
+	 * program itself, or libkiwarp-rsocket.so) */
+	if (!getsockopt(fd, IPPROTO_TCP, TCP_ULP, ulp, &ul) &&
+	    ul == sizeof(KIWARP_ULP_NAME) - 1 &&
+	    !memcmp(ulp, KIWARP_ULP_NAME, ul))
 		return 0;
 	if (!es_nports)
 		return 1;

@@ -449,6 +449,55 @@ if group es; then
 			fi
 		done
 
+		# rsockets' own API on kiwarp (kiwarp-run --rsocket): riostream's
+		# one-sided riowrite() into the peer's riomap()ed buffer (the
+		# receiver polls its last byte; -T v checks every byte) and
+		# rstream in its rsockets mode, unmodified, against the same
+		# programs on rsockets over siw, both roles; and riostream
+		# kiwarp <-> kiwarp.
+		if [ $QUICK = 1 ]; then
+			rcells="rio:1000:50:2 rio:65536:10:2 rs:4096:10:5"
+		else
+			rcells="rio:1:100:2 rio:1000:100:4 rio:65536:20:4 rio:1048576:4:2 rs:4096:10:5 rs:65536:4:4"
+		fi
+		for role in client server kw; do
+			for cell in $rcells; do
+				IFS=: read -r prog size cnt it <<<"$cell"
+				prog=${prog/rio/riostream}; prog=${prog/rs/rstream}
+				port=$((port + 1))
+				log=$RES/es-rsocket-$role-$prog-$size-$port
+				args=(-S $size -C $cnt -I $it -T v)
+				[ $prog = rstream ] && args+=(-T b)
+				other=("$prog"); [ $role = kw ] && other=("$KR" --rsocket "$prog")
+				case $role in
+				client)
+					timeout 120 "${other[@]}" -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
+					rpid=$!
+					waitlisten $port
+					timeout 120 "$KR" --rsocket $prog -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
+					krc=$?; wait $rpid; rrc=$? ;;
+				*)
+					timeout 120 "$KR" --rsocket $prog -b $ADDR -p $port "${args[@]}" > $log.k 2>&1 &
+					kpid=$!
+					waitlisten $port
+					timeout 120 "${other[@]}" -s $ADDR -p $port "${args[@]}" > $log.r 2>&1
+					rrc=$?; wait $kpid; krc=$? ;;
+				esac
+				case $role in
+				kw) lbl="es/rsocket/kw-kw/$prog ${args[*]}" ;;
+				*) lbl="es/rsocket/kw-$role/$prog ${args[*]} vs $prog on siw" ;;
+				esac
+				if [ $krc = 0 ] && [ $rrc = 0 ] && grep -q '^custom' $log.k &&
+				   grep -q '^custom' $log.r; then
+					ok "$lbl"
+				else
+					nok "$lbl: kiwarp side $krc, other $rrc"
+					sed 's/^/#   kiwarp: /' $log.k | tail -n 5
+					sed 's/^/#   other: /' $log.r | tail -n 5
+				fi
+			done
+		done
+
 		port=$((port + 1))
 		log=$RES/es-kw-kw-$port
 		timeout 120 "$ESP" --server $ADDR --port $port --size 1048576 --iters 4 > $log.s 2>&1 &

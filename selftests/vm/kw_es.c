@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -1020,6 +1021,430 @@ TEST(peek_waitall_with_a_second_reader)
 	EXPECT_LE(r, 50);
 	if (r > 0)
 		EXPECT_MEMEQ(b, "0123456789abcdefghij0123456789abcdefghij0123456789", r);
+	close(c);
+	close(s);
+}
+
+/* ------------------------------------------------ one-sided writes */
+
+static int set_iomap_size(int fd, int v)
+{
+	return setsockopt(fd, SOL_IWARP, IWARP_IOMAP_SIZE, &v, sizeof(v)) ?
+	       -errno : 0;
+}
+
+static int iomap_opt(int fd, int opt, const void *buf, uint64_t len,
+		     uint64_t off, uint32_t prot)
+{
+	struct iwarp_iomap io = {
+		.addr = (uintptr_t)buf, .len = len, .offset = off,
+		.prot = prot,
+	};
+
+	return setsockopt(fd, SOL_IWARP, opt, &io, sizeof(io)) ? -errno : 0;
+}
+
+static int riomap_(int fd, const void *buf, uint64_t len, uint64_t off)
+{
+	return iomap_opt(fd, IWARP_IOMAP, buf, len, off, PROT_WRITE);
+}
+
+static int riounmap_(int fd, const void *buf, uint64_t len)
+{
+	return iomap_opt(fd, IWARP_IOUNMAP, buf, len, 0, 0);
+}
+
+/* sendmsg() with an IWARP_IOWRITE control message: bytes or -errno. */
+static ssize_t riowrite_(int fd, const void *buf, size_t n, uint64_t off,
+			 int flags)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(uint64_t))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
+	struct msghdr m = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.b, .msg_controllen = sizeof(ctl.b),
+	};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	ssize_t r;
+
+	memset(&ctl, 0, sizeof(ctl));
+	c->cmsg_level = SOL_IWARP;
+	c->cmsg_type = IWARP_IOWRITE;
+	c->cmsg_len = CMSG_LEN(sizeof(off));
+	memcpy(CMSG_DATA(c), &off, sizeof(off));
+	r = sendmsg(fd, &m, flags | MSG_NOSIGNAL);
+	return r < 0 ? -errno : r;
+}
+
+/* All n bytes at off, blocking: 0 or -errno (-EMSGSIZE: a short write). */
+static int riowrite_all(int fd, const uint8_t *buf, size_t n, uint64_t off)
+{
+	ssize_t r = riowrite_(fd, buf, n, off, 0);
+
+	return r < 0 ? (int)r : (size_t)r == n ? 0 : -EMSGSIZE;
+}
+
+/* A switched pair whose ends offer csize and ssize iomap entries. */
+static int io_pair(int *c, int *s, int csize, int ssize)
+{
+	int r = tcp_pair(c, s);
+
+	if (!r)
+		r = ulp(*c);
+	if (!r)
+		r = ulp(*s);
+	if (!r)
+		r = set_iomap_size(*c, csize);
+	if (!r)
+		r = set_iomap_size(*s, ssize);
+	if (!r)
+		r = switch_both(*c, *s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
+				NULL, NULL);
+	return r;
+}
+
+/* A few stream bytes from a to b: a's earlier riomap()s have reached b
+ * when b reads them (the stream is ordered behind the announcements). */
+static int sync_pair(int a, int b)
+{
+	char x[4];
+	int r = writen(a, "sync", 4);
+
+	if (!r)
+		r = readn(b, x, 4, 5000);
+	return r ? r : memcmp(x, "sync", 4) ? -EILSEQ : 0;
+}
+
+static void *map_anon(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static long vm_pinned_kb(void)
+{
+	char line[128];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/*
+ * rsockets' riomap()/riowrite() between two extended sockets: the bytes
+ * land in the mapped memory at their offsets (across two adjacent
+ * mappings, short at the end of the last), nothing of them goes through
+ * the stream, and the stream stays ordered behind them.
+ */
+TEST(iomap_one_sided_writes)
+{
+	const size_t n1 = 256 << 10, n2 = 8 << 10;
+	const uint64_t base = 1ULL << 40;
+	uint8_t *m1 = map_anon(n1), *m2 = map_anon(n2);
+	uint8_t *src = malloc(n1 + n2), *want = calloc(1, n1 + n2);
+	struct iwarp_info ic, is;
+	uint64_t sent = 0;
+	char done[4];
+	int c, s;
+	ssize_t r;
+
+	ASSERT_TRUE(m1 && m2 && src && want);
+	fill(src, n1 + n2, 7);
+	ASSERT_EQ(io_pair(&c, &s, 3, 2), 0);
+	ASSERT_EQ(info(c, &ic), 0);
+	ASSERT_EQ(info(s, &is), 0);
+	EXPECT_EQ(ic.iomap_size, 3);
+	EXPECT_EQ(ic.peer_iomap_size, 2);
+	EXPECT_EQ(is.iomap_size, 2);
+	EXPECT_EQ(is.peer_iomap_size, 3);
+
+	/* s maps two regions, adjacent in offsets, far apart in memory */
+	ASSERT_EQ(riomap_(s, m1, n1, base), 0);
+	ASSERT_EQ(riomap_(s, m2, n2, base + n1), 0);
+	ASSERT_EQ(sync_pair(s, c), 0);
+
+	/* one byte at the start, a long run inside, one across the two */
+	ASSERT_EQ(riowrite_all(c, src, 1, base), 0);
+	ASSERT_EQ(riowrite_all(c, src + 7, 100000, base + 7), 0);
+	ASSERT_EQ(riowrite_all(c, src + n1 - 5000, 10000, base + n1 - 5000), 0);
+	sent = 1 + 100000 + 10000;
+	memcpy(want, src, 1);
+	memcpy(want + 7, src + 7, 100000);
+	memcpy(want + n1 - 5000, src + n1 - 5000, 10000);
+	/* short at the end of the mappings; nothing where none is */
+	r = riowrite_(c, src + n1 + n2 - 100, 10000, base + n1 + n2 - 100, 0);
+	EXPECT_EQ(r, 100);
+	if (r == 100) {
+		memcpy(want + n1 + n2 - 100, src + n1 + n2 - 100, 100);
+		sent += 100;
+	}
+	EXPECT_EQ(riowrite_(c, src, 10, base + n1 + n2, 0), -EINVAL);
+	EXPECT_EQ(riowrite_(c, src, 10, base - 1, 0), -EINVAL);
+	EXPECT_EQ(riowrite_(c, src, 10, 0, 0), -EINVAL);
+	EXPECT_EQ(riowrite_(c, src, 10, ~0ULL - 4, 0), -EINVAL);
+
+	/* the stream, behind them: when s reads it, the bytes are there */
+	ASSERT_EQ(writen(c, "done", 4), 0);
+	ASSERT_EQ(readn(s, done, 4, 5000), 0);
+	EXPECT_MEMEQ(m1, want, n1);
+	EXPECT_MEMEQ(m2, want + n1, n2);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.iowrite_bytes, sent);
+	EXPECT_EQ(ic.tx_bytes, 4);	/* "done" ("sync" was s's) */
+	ASSERT_EQ(info(s, &is), 0);
+	EXPECT_EQ(is.rx_bytes, 4);
+
+	/* and the other way, non-blocking, 1 MiB through a 256 KiB map */
+	{
+		uint8_t *dst = map_anon(n1);
+		size_t k, total = 0;
+
+		ASSERT_TRUE(dst != NULL);
+		ASSERT_EQ(riomap_(c, dst, n1, 0), 0);
+		ASSERT_EQ(sync_pair(c, s), 0);
+		for (k = 0; k < 4; k++) {
+			size_t off = 0;
+
+			while (off < n1) {
+				r = riowrite_(s, src + off, n1 - off, off,
+					      MSG_DONTWAIT);
+				if (r == -EAGAIN) {
+					struct pollfd p = { .fd = s, .events = POLLOUT };
+
+					poll(&p, 1, 1000);
+					continue;
+				}
+				ASSERT_GT(r, 0);
+				off += r;
+				total += r;
+			}
+		}
+		ASSERT_EQ(writen(s, "done", 4), 0);
+		ASSERT_EQ(readn(c, done, 4, 5000), 0);
+		EXPECT_MEMEQ(dst, src, n1);
+		ASSERT_EQ(info(s, &is), 0);
+		EXPECT_EQ(is.iowrite_bytes, total);
+	}
+	close(c);
+	close(s);
+}
+
+static int listener_refuses_iomap_size(int l)
+{
+	return set_iomap_size(l, 1) == -EINVAL ? 0 : -EPROTO;
+}
+
+/* Every bad argument is EINVAL (or what rsockets says), and changes
+ * nothing: a table of the peer is used only when offered, up to its
+ * size, and an unmap frees an entry for the next map. */
+TEST(iomap_bad_arguments)
+{
+	uint8_t *m = map_anon(1 << 20), b[64] = { 0 };
+	struct iwarp_iomap io = { .prot = PROT_WRITE };
+	socklen_t len;
+	int c, s, l, v;
+
+	ASSERT_TRUE(m != NULL);
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	EXPECT_EQ(set_iomap_size(c, 1), -ENOPROTOOPT);	/* no ULP */
+	ASSERT_EQ(ulp(c), 0);
+	EXPECT_EQ(set_iomap_size(c, -1), -EINVAL);
+	EXPECT_EQ(set_iomap_size(c, IWARP_IOMAP_MAX + 1), -EINVAL);
+	v = 5;
+	EXPECT_EQ(setsockopt(c, SOL_IWARP, IWARP_IOMAP_SIZE, &v, 2), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(set_iomap_size(c, IWARP_IOMAP_MAX), 0);
+	len = sizeof(v);
+	ASSERT_EQ(getsockopt(c, SOL_IWARP, IWARP_IOMAP_SIZE, &v, &len), 0);
+	EXPECT_EQ(v, IWARP_IOMAP_MAX);
+	/* not switched yet: nothing to map into */
+	EXPECT_EQ(riomap_(c, m, 4096, 0), -ENOTCONN);
+	EXPECT_EQ(riowrite_(c, b, 1, 0, 0), -ENOTCONN);
+	close(c);
+	close(s);
+	ASSERT_EQ(ulp_listener_pair(&l, &c, &s, listener_refuses_iomap_size), 0);
+	close(l);
+	close(c);
+	close(s);
+
+	/* c offers 2 entries, s none */
+	ASSERT_EQ(io_pair(&c, &s, 2, 0), 0);
+	EXPECT_EQ(set_iomap_size(c, 1), -EISCONN);
+	EXPECT_EQ(riomap_(c, m, 4096, 0), -ENOMEM);	/* s offered none */
+	EXPECT_EQ(riomap_(s, m, 0, 0), -EINVAL);
+	EXPECT_EQ(riomap_(s, m, 1ULL << 32, 0), -EINVAL);
+	EXPECT_EQ(riomap_(s, m, 4096, ~0ULL - 100), -EINVAL);
+	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, PROT_READ), -EINVAL);
+	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, 0), -EINVAL);
+	io.addr = (uintptr_t)m;
+	io.len = 4096;
+	io.reserved = 1;
+	EXPECT_EQ(setsockopt(s, SOL_IWARP, IWARP_IOMAP, &io, sizeof(io)), -1);
+	EXPECT_EQ(errno, EINVAL);
+	io.reserved = 0;
+	EXPECT_EQ(setsockopt(s, SOL_IWARP, IWARP_IOMAP, &io, sizeof(io) - 1), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(setsockopt(s, SOL_IWARP, IWARP_IOMAP, NULL, sizeof(io)), -1);
+	EXPECT_EQ(errno, EFAULT);
+	/* memory that is not there, or kernel memory */
+	EXPECT_EQ(riomap_(s, (void *)4096, 4096, 0), -EFAULT);
+	EXPECT_EQ(riomap_(s, (void *)0xffff888000000000ULL, 4096, 0), -EINVAL);
+	/* the table fills up at 2; an unmap frees an entry */
+	EXPECT_EQ(riomap_(s, m, 4096, 0), 0);
+	EXPECT_EQ(riomap_(s, m + 4096, 4096, 4096), 0);
+	EXPECT_EQ(riomap_(s, m + 8192, 4096, 8192), -ENOMEM);
+	EXPECT_EQ(riounmap_(s, m, 4095), -EINVAL);
+	EXPECT_EQ(riounmap_(s, m + 1, 4096), -EINVAL);
+	EXPECT_EQ(iomap_opt(s, IWARP_IOUNMAP, m, 4096, 1, 0), -EINVAL);
+	EXPECT_EQ(riounmap_(s, m, 4096), 0);
+	EXPECT_EQ(riounmap_(s, m, 4096), -EINVAL);	/* gone */
+	EXPECT_EQ(riomap_(s, m + 8192, 4096, 8192), 0);
+	EXPECT_EQ(sync_pair(s, c), 0);
+	/* c: the first entry was unmapped before or after it was sent; the
+	 * other two are there */
+	EXPECT_EQ(riowrite_all(c, b, 64, 4096), 0);
+	EXPECT_EQ(riowrite_all(c, b, 64, 8192), 0);
+
+	/* malformed control messages */
+	{
+		union {
+			char b[2 * CMSG_SPACE(sizeof(uint64_t))];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = { .iov_base = b, .iov_len = 1 };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = ctl.b };
+		struct cmsghdr *h;
+		uint64_t off = 4096;
+		int k;
+
+		for (k = 0; k < 4; k++) {
+			memset(&ctl, 0, sizeof(ctl));
+			mh.msg_controllen = CMSG_SPACE(sizeof(off));
+			h = CMSG_FIRSTHDR(&mh);
+			h->cmsg_level = SOL_IWARP;
+			h->cmsg_type = IWARP_IOWRITE;
+			h->cmsg_len = CMSG_LEN(sizeof(off));
+			memcpy(CMSG_DATA(h), &off, sizeof(off));
+			if (k == 0)
+				h->cmsg_type = IWARP_IOWRITE + 1;
+			else if (k == 1)
+				h->cmsg_len = CMSG_LEN(sizeof(uint32_t));
+			else if (k == 2) {	/* two of them */
+				mh.msg_controllen = sizeof(ctl.b);
+				h = CMSG_NXTHDR(&mh, h);
+				h->cmsg_level = SOL_IWARP;
+				h->cmsg_type = IWARP_IOWRITE;
+				h->cmsg_len = CMSG_LEN(sizeof(off));
+				memcpy(CMSG_DATA(h), &off, sizeof(off));
+			} else {
+				/* another level's, which TCP ignores too: a
+				 * stream write */
+				h->cmsg_level = IPPROTO_TCP;
+				h->cmsg_type = 0x7777;
+			}
+			errno = 0;
+			note("control message case %d: %zd, errno %d", k,
+			     sendmsg(c, &mh, MSG_NOSIGNAL), errno);
+			EXPECT_EQ(errno, k == 3 ? 0 : EINVAL);
+		}
+		EXPECT_EQ(readn(s, b, 1, 5000), 0);	/* case 3's byte */
+	}
+	EXPECT_EQ(riounmap_(s, m + 4096, 4096), 0);
+	EXPECT_EQ(riounmap_(s, m + 8192, 4096), 0);
+	close(c);
+	close(s);
+}
+
+/* Pinned while mapped, charged to RLIMIT_MEMLOCK, and returned by
+ * riounmap() and by close(). */
+TEST(iomap_pins_and_memlock)
+{
+	const size_t n = 1 << 20;
+	uint8_t *m = map_anon(n);
+	struct rlimit rl;
+	long base, kb;
+	int c, s, i;
+
+	ASSERT_TRUE(m != NULL);
+	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
+	base = vm_pinned_kb();
+	ASSERT_GE(base, 0);
+	ASSERT_EQ(riomap_(s, m, n, 0), 0);
+	EXPECT_EQ(vm_pinned_kb(), base + 1024);
+	ASSERT_EQ(riounmap_(s, m, n), 0);
+	EXPECT_EQ(vm_pinned_kb(), base);
+	ASSERT_EQ(riomap_(s, m, n, 0), 0);
+	ASSERT_EQ(riomap_(c, m, n, 0), 0);
+	EXPECT_EQ(vm_pinned_kb(), base + 2048);
+	close(c);
+	close(s);
+	/* the socket's own buffers too; the last unpin may be deferred */
+	for (i = 0; i < 50 && (kb = vm_pinned_kb()) > 0; i++)
+		usleep(20000);
+	EXPECT_EQ(kb, 0);
+
+	/* as nobody, past the limit: ENOMEM, and nothing stays charged */
+	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
+	base = vm_pinned_kb();
+	rl.rlim_cur = rl.rlim_max = (base + 512) << 10;
+	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	ASSERT_EQ(setuid(65534), 0);
+	EXPECT_EQ(riomap_(s, m, n, 0), -ENOMEM);
+	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(riomap_(s, m, 256 << 10, 0), 0);
+	EXPECT_EQ(vm_pinned_kb(), base + 256);
+	close(c);
+	close(s);
+}
+
+/*
+ * A peer that writes into a mapping after riounmap() (rsockets does not
+ * tell it): the write meets an invalid STag, the connection ends with a
+ * Terminate, and both ends see an error, not a hang.
+ */
+TEST(iomap_write_after_unmap_ends_the_stream)
+{
+	uint8_t *m = map_anon(65536), b[4096];
+	struct pollfd p;
+	ssize_t r;
+	int c, s;
+
+	ASSERT_TRUE(m != NULL);
+	memset(b, 'x', sizeof(b));
+	ASSERT_EQ(io_pair(&c, &s, 1, 1), 0);
+	ASSERT_EQ(riomap_(s, m, 65536, 0), 0);
+	ASSERT_EQ(sync_pair(s, c), 0);
+	ASSERT_EQ(riowrite_all(c, b, sizeof(b), 0), 0);
+	ASSERT_EQ(sync_pair(c, s), 0);
+	EXPECT_EQ(m[4095], 'x');
+	ASSERT_EQ(riounmap_(s, m, 65536), 0);
+	memset(m, 0, 65536);
+	/* c still has the entry: its write goes out, and is refused */
+	EXPECT_EQ(riowrite_(c, b, sizeof(b), 0, 0), (ssize_t)sizeof(b));
+	p = (struct pollfd){ .fd = s, .events = POLLIN };
+	EXPECT_EQ(poll(&p, 1, 5000), 1);
+	r = recv(s, b, sizeof(b), MSG_DONTWAIT);
+	note("the unmapping side: recv %zd, errno %d", r, errno);
+	EXPECT_EQ(r, -1);
+	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
+	p = (struct pollfd){ .fd = c, .events = POLLIN };
+	EXPECT_EQ(poll(&p, 1, 5000), 1);
+	r = recv(c, b, sizeof(b), MSG_DONTWAIT);
+	note("the writer: recv %zd, errno %d", r, errno);
+	EXPECT_EQ(r, -1);
+	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
+	EXPECT_EQ(m[0], 0);	/* nothing landed after the unmap */
 	close(c);
 	close(s);
 }
