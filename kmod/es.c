@@ -785,6 +785,21 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	return ret;
 }
 
+/*
+ * Not switched (yet, or never: a listener, a failed switch): TCP's own,
+ * which would send a one-sided write's bytes into the plain stream.
+ */
+static int es_sendmsg_attached(struct socket *sock, struct msghdr *msg,
+			       size_t len)
+{
+	u64 pos;
+	int iow = es_cmsg_iowrite(msg, &pos);
+
+	if (iow)
+		return iow < 0 ? iow : -ENOTCONN;
+	return es_orig(sock)->sendmsg(sock, msg, len);
+}
+
 /* ------------------------------------------------------------- receive */
 
 /* Copy up to n readable bytes, skip bytes in, to the iterator. */
@@ -1724,6 +1739,7 @@ static void es_build_ops(struct es_ops *o, const struct proto_ops *orig)
 	o->attached.owner = THIS_MODULE;
 	o->attached.setsockopt = es_setsockopt;
 	o->attached.getsockopt = es_getsockopt;
+	o->attached.sendmsg = es_sendmsg_attached;
 
 	*r = o->attached;
 	r->release = es_release;

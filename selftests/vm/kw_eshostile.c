@@ -6,7 +6,9 @@
  * into the receive buffer the IWARP_MODE socket advertised, 4-byte Sends
  * for the messages) and breaks its rules: Writes over bytes not yet read
  * or into space not offered, DATA beyond the credits, garbage messages,
- * a message of the wrong size, a disconnect between a Write and its DATA.
+ * a message of the wrong size, a disconnect between a Write and its DATA,
+ * iomap updates out of range or beyond the credits. And, as an RNIC would
+ * see them, riomap()'s entry and message and riowrite()'s bare Write.
  * The socket's reader must get the bytes that were announced intact, then
  * an error (never the attacker's bytes), and a Write outside the window a
  * DDP base-or-bounds Terminate on the wire.
@@ -17,6 +19,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -64,13 +68,26 @@ static void *es_switch(void *arg)
  * raw peer the initiator with rsockets' connection data. 0 or a step
  * number that failed.
  */
+static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
+			 int peer_iomap);
+
 static int hp_connect(struct hp *h, int rcvbuf)
+{
+	return hp_connect_io(h, rcvbuf, 0, 0);
+}
+
+/* ... with iomap tables: es_iomap entries offered by the ES socket
+ * (IWARP_IOMAP_SIZE), peer_iomap by the raw peer (its connection data). */
+static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
+			 int peer_iomap)
 {
 	struct kw_mpa_cfg cfg = { .rev = 2, .crc = true, .ird = 1, .ord = 1 };
 	struct kw_rs_conn mine = {
 		.version = KW_RS_VERSION, .credits = PEER_CREDITS,
 		.target_sgl = { PEER_TSGL_TO, PEER_TSGL_KEY, 2 },
 		.data_buf = { PEER_RBUF_TO, PEER_RBUF_KEY, 65536 },
+		.flags = peer_iomap ? KW_RS_FLAG_IOMAP : 0,
+		.iomap_size = kw_rs_iomap_scale(peer_iomap),
 	};
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
@@ -86,6 +103,9 @@ static int hp_connect(struct hp *h, int rcvbuf)
 		return 2;
 	if (setsockopt(h->es, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1))
+		return 3;
+	if (es_iomap && setsockopt(h->es, SOL_IWARP, IWARP_IOMAP_SIZE,
+				   &es_iomap, sizeof(es_iomap)))
 		return 3;
 	if (pthread_create(&h->sw, NULL, es_switch, h))
 		return 4;
@@ -520,3 +540,234 @@ TEST(the_rules_kept_work)
 }
 
 
+
+/* ------------------------------------------------------------- iomap */
+
+/* A tagged Write of len bytes of buf to stag/to. */
+static int hp_write_to(struct hp *h, u32 stag, u64 to, const u8 *buf, u32 len)
+{
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = len,
+			       .stag = stag, .to = to };
+
+	return rp_send(&h->p, &m, buf, 0);
+}
+
+/* riomap() as rsockets does it: entry idx of the ES socket's table, then
+ * the IOMAP_SGL message. */
+static int hp_iomap(struct hp *h, u32 idx, const struct kw_rs_iomap *e)
+{
+	u8 b[KW_RS_IOMAP_LEN];
+	u64 to = h->es_conn.target_sgl.addr +
+		 (u64)h->es_conn.target_sgl.len * KW_RS_SGE_LEN +
+		 (u64)idx * KW_RS_IOMAP_LEN;
+
+	kw_rs_iomap_encode(e, b);
+	return hp_write_to(h, h->es_conn.target_sgl.key, to, b, sizeof(b)) ||
+	       hp_msg(h, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, idx));
+}
+
+TEST(iomap_updates_out_of_range_or_beyond_credits_are_errors)
+{
+	static const struct kw_rs_iomap e = { 0, { 0x1000, 0x42, 4096 } };
+	struct hp h;
+	int i, err, bad, credits;
+	long n;
+
+	/* entry 2 of a table of 2 */
+	ASSERT_EQ(hp_connect_io(&h, 0, 2, 0), 0);
+	ASSERT_EQ(hp_iomap(&h, 1, &e), 0);	/* fine */
+	ASSERT_EQ(hp_data(&h, 0, 10, 'A'), 0);
+	ASSERT_EQ(hp_iomap(&h, 2, &e), 0);
+	n = es_drain(&h, 'A', &err, &bad);
+	note("entry 2 of 2: read %ld bytes, then errno %d", n, err);
+	EXPECT_TRUE(n == 0 || n == 10);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+
+	/* no table at all */
+	ASSERT_EQ(hp_connect_io(&h, 0, 0, 0), 0);
+	ASSERT_EQ(hp_iomap(&h, 0, &e), 0);
+	n = es_drain(&h, 'A', &err, &bad);
+	EXPECT_EQ(n, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+
+	/* updates take credits: one more than granted */
+	ASSERT_EQ(hp_connect_io(&h, 0, 1, 0), 0);
+	credits = h.es_conn.credits;
+	ASSERT_GT(credits, 0);
+	for (i = 0; i < credits - 1; i++)
+		ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0)), 0);
+	ASSERT_EQ(hp_data(&h, 0, 1, 'A'), 0);	/* the last credit */
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0)), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	n = es_drain(&h, 'A', &err, &bad);
+	note("credits %d: read %ld bytes, then errno %d", credits, n, err);
+	EXPECT_LE(n, 1);
+	EXPECT_EQ(bad, 0);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+}
+
+/* What the raw peer sees: tagged bytes at their TO in peer_mem (its own
+ * target SGL, iomap table and receive buffer, and riowrite()s' targets),
+ * the last Send's first 4 bytes at its start, and every STag used. */
+#define PEER_MEM	0x100000
+static u8 peer_mem[PEER_MEM];
+static u32 stags[64];
+static unsigned int nstags;
+
+static int rec_lookup(void *ctx, u32 stag, u8 op, struct kw_mr_view *v)
+{
+	if (nstags < 64)
+		stags[nstags++] = stag;
+	return rp_lookup(ctx, stag, op, v);
+}
+
+static const struct kw_rx_ops rec_ops = {
+	.lookup_stag = rec_lookup, .get_rx_buf = rp_getbuf,
+	.place = rp_place, .segment_done = rp_done,
+};
+
+static bool stag_seen(u32 stag)
+{
+	unsigned int i;
+
+	for (i = 0; i < nstags && i < 64; i++)
+		if (stags[i] == stag)
+			return true;
+	return false;
+}
+
+static void rec_start(struct hp *h, struct kw_rx *rx)
+{
+	memset(&sink, 0, sizeof(sink));
+	memset(peer_mem, 0, sizeof(peer_mem));
+	nstags = 0;
+	sink.mem = peer_mem;
+	sink.mem_len = sizeof(peer_mem);
+	kw_rx_init(rx, &rec_ops, &sink, h->p.crc, 0);
+}
+
+static u32 want_msg;
+
+static bool last_send_is(const struct rp_sink *s)
+{
+	return s->n && s->msg[(s->n - 1) % RP_LOG].opcode == KW_OP_SEND &&
+	       kw_rs_msg_decode(peer_mem) == want_msg;
+}
+
+/*
+ * riomap() on the wire: the entry goes by RDMA Write into the peer's
+ * table after its target SGL, under its STag, then the IOMAP_SGL message
+ * with its index; with that entry alone, the peer's Writes land in the
+ * application's memory, and one past its end is a bounds Terminate.
+ */
+TEST(riomap_on_the_wire)
+{
+	const size_t len = 65536;
+	u8 *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), q[1000];
+	struct iwarp_iomap io = { .len = len, .offset = 0x7000,
+				  .prot = PROT_WRITE };
+	struct kw_rs_iomap e;
+	struct kw_rx rx;
+	struct hp h;
+	int err, bad;
+
+	ASSERT_TRUE(m != MAP_FAILED);
+	io.addr = (uintptr_t)m;
+	ASSERT_EQ(hp_connect_io(&h, 0, 0, 4), 0);
+	/* the MPA responder speaks after the initiator's first FPDU */
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_CTRL_KEEPALIVE)), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	rec_start(&h, &rx);
+	ASSERT_EQ(setsockopt(h.es, SOL_IWARP, IWARP_IOMAP, &io, sizeof(io)), 0);
+	want_msg = KW_RS_MSG(KW_RS_OP_IOMAP_SGL, 0);
+	rp_read(&h.p, &rx, &sink, 5, last_send_is);
+	note("%u messages, the last opcode %u, message %#x, %llu bytes placed",
+	     sink.n, sink.n ? sink.msg[(sink.n - 1) % RP_LOG].opcode : 99,
+	     kw_rs_msg_decode(peer_mem), (unsigned long long)sink.placed);
+	ASSERT_TRUE(last_send_is(&sink));
+	EXPECT_TRUE(stag_seen(PEER_TSGL_KEY));
+	kw_rs_iomap_decode(peer_mem + PEER_TSGL_TO + 2 * KW_RS_SGE_LEN, &e);
+	note("entry 0: offset %#llx addr %#llx key %#x len %u",
+	     (unsigned long long)e.offset, (unsigned long long)e.sge.addr,
+	     e.sge.key, e.sge.len);
+	EXPECT_EQ(e.offset, 0x7000);
+	EXPECT_EQ(e.sge.addr, (uintptr_t)m);
+	EXPECT_EQ(e.sge.len, len);
+	EXPECT_NE(e.sge.key, 0);
+
+	/* the peer writes through it */
+	memset(q, 'Q', sizeof(q));
+	ASSERT_EQ(hp_write_to(&h, e.sge.key, e.sge.addr + 100, q, sizeof(q)), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	EXPECT_EQ(m[99], 0);
+	EXPECT_MEMEQ(m + 100, q, sizeof(q));
+	EXPECT_EQ(m[1100], 0);
+	/* and past its end */
+	ASSERT_EQ(hp_write_to(&h, e.sge.key, e.sge.addr + len - 10, q, 100), 0);
+	EXPECT_BOUNDS_TERMINATE(&h);
+	es_drain(&h, 0, &err, &bad);
+	EXPECT_STREAM_ERROR(err);
+	EXPECT_EQ(m[len - 11], 0);
+	hp_close(&h);
+}
+
+/*
+ * riowrite() on the wire: a bare tagged Write with the entry's STag at
+ * its address plus the offset's distance into it, no message behind;
+ * short at the entry's end. The entry is the peer's word, used as given.
+ */
+TEST(riowrite_on_the_wire)
+{
+	const struct kw_rs_iomap e = {
+		.offset = 1ULL << 33,
+		.sge = { .addr = 0x20000, .key = 0xabc123, .len = 8192 },
+	};
+	u8 src[10000];
+	union {
+		char b[CMSG_SPACE(sizeof(u64))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = src, .iov_len = sizeof(src) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.b,
+			     .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	u64 off = e.offset + 100;
+	struct kw_rx rx;
+	unsigned int i, sends;
+	struct hp h;
+	ssize_t r;
+
+	for (i = 0; i < sizeof(src); i++)
+		src[i] = (u8)(i * 7 + 1);
+	memset(&ctl, 0, sizeof(ctl));
+	c->cmsg_level = SOL_IWARP;
+	c->cmsg_type = IWARP_IOWRITE;
+	c->cmsg_len = CMSG_LEN(sizeof(off));
+	memcpy(CMSG_DATA(c), &off, sizeof(off));
+
+	ASSERT_EQ(hp_connect_io(&h, 0, 2, 0), 0);
+	ASSERT_EQ(hp_iomap(&h, 1, &e), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	rec_start(&h, &rx);
+	r = sendmsg(h.es, &mh, MSG_NOSIGNAL);
+	EXPECT_EQ(r, 8192 - 100);
+	rp_read(&h.p, &rx, &sink, 2, NULL);	/* everything it sent */
+	EXPECT_TRUE(stag_seen(0xabc123));
+	EXPECT_EQ(peer_mem[0x20000 + 99], 0);
+	EXPECT_MEMEQ(peer_mem + 0x20000 + 100, src, 8192 - 100);
+	EXPECT_EQ(peer_mem[0x20000 + 8192], 0);
+	/* no DATA message: only credit updates, if any, were Sends */
+	for (i = sends = 0; i < sink.n && i < RP_LOG; i++)
+		sends += sink.msg[i].opcode == KW_OP_SEND;
+	note("%u messages, %u of them Sends, %llu bytes placed", sink.n,
+	     sends, (unsigned long long)sink.placed);
+	EXPECT_LE(sink.placed, 8092 + 2 * (KW_RS_SGE_LEN + KW_RS_MSG_LEN));
+	EXPECT_FALSE(sink.got_term);
+	hp_close(&h);
+}
