@@ -9,11 +9,13 @@
  *
  *   [0]      rbuf_size: bit 7 clear: 2 * (b + 1); set: 2048 * (b & 0x7f) + 2048
  *   [1]      rq_size: bit 7 clear: 2 + b; set: 0x7fff - (b & 0x7f)
+ *            (the iomap entries we offer: ([0] ^ [1]) % 5)
  *   [2..41]  the peer's connection data
  *   [42..73] our target SGL, as the peer left it
  *   then steps: op byte (low 3 bits), arguments:
  *     0 msg (le32)   1 DATA (le16 len)   2 SGL (s8 step from the limit)
- *     3 read (le16)  4 credit (bit 0: post it)   5 send (le16)
+ *     3 read (le16)  4 credit (bit 0: post it)
+ *     5 send (le16; bit 15 set: an iomap entry, index bits 0..7)
  *     6 target SGL entry write (entry byte, 16 bytes)   7 CTRL (byte)
  */
 #include <stdlib.h>
@@ -87,6 +89,15 @@ static void step_msg(struct kw_rs *rs, u32 msg)
 	} else if (r == KW_RS_EV_CREDIT) {
 		if (msg >> KW_RS_OP_SHIFT != KW_RS_OP_SGL)
 			abort();
+	} else if (msg >> KW_RS_OP_SHIFT == KW_RS_OP_IOMAP_SGL) {
+		/* an entry we offer, within the credits, counted */
+		if ((msg & KW_RS_VAL_MASK) >= rs->cfg.iomap_size ||
+		    (s16)(u16)(before.granted - before.rx_msgs) <= 0 ||
+		    rs->rx_msgs != (u16)(before.rx_msgs + 1))
+			abort();
+		before.rx_msgs = rs->rx_msgs;
+		if (memcmp(&before, rs, sizeof(before)))
+			abort();
 	} else if (memcmp(&before, rs, sizeof(before))) {
 		abort();	/* control messages change nothing here */
 	}
@@ -122,11 +133,39 @@ static void step_credit(struct kw_rs *rs, bool post)
 		kw_rs_credit_sent(rs, &c);
 }
 
+static void step_iomap(struct kw_rs *rs, u32 idx)
+{
+	u16 credit = (u16)(rs->sseq_comp - rs->sseq_no);
+	u16 before = rs->sseq_no;
+	struct kw_rs_sge d;
+	u64 tbl;
+
+	if (!kw_rs_iomap_dst(rs, idx, &d)) {
+		if (idx < rs->remote_iomap_count && (s16)credit > 0)
+			abort();	/* refused with an entry and a credit */
+		return;
+	}
+	tbl = rs->remote_sgl_to + (u64)rs->remote_sgl_count * KW_RS_SGE_LEN;
+	if (idx >= rs->remote_iomap_count || (s16)credit <= 0 ||
+	    rs->remote_iomap_count > KW_RS_IOMAP_MAX ||
+	    d.key != rs->remote_sgl_key || d.len != KW_RS_IOMAP_LEN ||
+	    d.addr != tbl + (u64)idx * KW_RS_IOMAP_LEN)
+		abort();
+	if (kw_rs_iomap_sent(rs, idx) != KW_RS_MSG(KW_RS_OP_IOMAP_SGL, idx) ||
+	    rs->sseq_no != (u16)(before + 1))
+		abort();
+}
+
 static void step_send(struct kw_rs *rs, u8 *tsgl, u16 want)
 {
 	struct kw_rs_sge d;
-	u32 room = kw_rs_tx_room(rs, tsgl, &d), n, msg;
+	u32 room, n, msg;
 
+	if (want & 0x8000) {
+		step_iomap(rs, want & 0xff);
+		return;
+	}
+	room = kw_rs_tx_room(rs, tsgl, &d);
 	if (room > KW_RS_MAX_TRANSFER || (room && d.len != room))
 		abort();
 	if (!room)
@@ -158,6 +197,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.rbuf_size = hdr[0] & 0x80 ? 2048u * (hdr[0] & 0x7f) + 2048 :
 					 2u * (hdr[0] + 1);
 	cfg.rq_size = hdr[1] & 0x80 ? 0x7fff - (hdr[1] & 0x7f) : 2 + hdr[1];
+	cfg.iomap_size = (hdr[0] ^ hdr[1]) % 5;
 	if (kw_rs_init(&rs, &cfg))
 		abort();	/* all of these are valid */
 	check(&rs);
