@@ -56,6 +56,7 @@ tests: lib
 	$(MAKE) -C selftests/vm
 	$(MAKE) -C selftests/vmfuzz
 	$(MAKE) -C selftests/interop
+	$(MAKE) -C examples
 
 deps:
 	scripts/deps
@@ -98,6 +99,7 @@ clean:
 	$(MAKE) -C $(KDIR) M=$(CURDIR) clean || true
 	$(MAKE) -C lib clean
 	$(MAKE) -C tools clean
+	$(MAKE) -C examples clean
 	$(MAKE) -C selftests/unit clean
 	$(MAKE) -C selftests/vm clean
 	$(MAKE) -C selftests/vmfuzz clean

@@ -94,6 +94,7 @@ single() {
 
 suite unit make -s -C selftests/unit check
 suite lib make -s -C lib check
+single tools-man make -s -C tools check-man
 single fuzz-smoke make -s -C selftests/fuzz run FUZZ_SECONDS="$FUZZ_SECONDS"
 # preempt=full: Debian's kernel is PREEMPT_DYNAMIC (voluntary by default);
 # full preemption opens the race windows the security tests aim at.

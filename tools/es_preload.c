@@ -9,6 +9,8 @@
  *   KIWARP_ES_IWARP=1        switch connections
  *   KIWARP_ES_PORTS=P[,P..]  only those whose remote (connect) or local
  *                            (accept) port is listed
+ *   KIWARP_ES_IOMAP=N        offer the peer N iomap entries
+ *                            (IWARP_IOMAP_SIZE) for one-sided writes
  *
  * A socket that already wears the kiwarp ULP is left to whoever set it.
  * A connection that cannot be switched is closed and the call fails with
@@ -42,6 +44,7 @@ static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int es_on;
 static int es_crc = 1;	/* KIWARP_ES_CRC=0: IWARP_CRC 0 before the switch */
+static int es_iomap;	/* KIWARP_ES_IOMAP: IWARP_IOMAP_SIZE before it */
 static unsigned short es_ports[ES_MAX_PORTS];
 static int es_nports;
 
@@ -59,6 +62,8 @@ __attribute__((constructor)) static void es_init(void)
 	es_resolve();
 	es_on = getenv("KIWARP_ES_IWARP") && !strcmp(getenv("KIWARP_ES_IWARP"), "1");
 	es_crc = !(getenv("KIWARP_ES_CRC") && !strcmp(getenv("KIWARP_ES_CRC"), "0"));
+	if (getenv("KIWARP_ES_IOMAP"))
+		es_iomap = atoi(getenv("KIWARP_ES_IOMAP"));
 	while (p && *p && es_nports < ES_MAX_PORTS) {
 		char *end;
 		unsigned long v = strtoul(p, &end, 10);
@@ -123,6 +128,9 @@ static int es_switch(int fd, int mode, int *inprogress)
 	/* a module without IWARP_CRC (ENOPROTOOPT) keeps CRC: fine */
 	if (!es_crc && setsockopt(fd, SOL_IWARP, IWARP_CRC, &es_crc,
 				  sizeof(es_crc)) && errno != ENOPROTOOPT)
+		return errno;
+	if (es_iomap && setsockopt(fd, SOL_IWARP, IWARP_IOMAP_SIZE, &es_iomap,
+				   sizeof(es_iomap)))
 		return errno;
 	if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode))) {
 		if (errno != EINPROGRESS)
