@@ -87,6 +87,7 @@ enum kw_es_state {
 /* wr_id of send WRs: kind in the top byte, bytes of sbuf to free below */
 #define ES_WR_DATA		(1ULL << 56)
 #define ES_WR_CTRL		(2ULL << 56)
+#define ES_WR_READ		(3ULL << 56)	/* IWARP_IOREAD's */
 #define ES_WR_LEN(id)		((u32)(id))
 
 struct kw_es {
@@ -118,10 +119,23 @@ struct kw_es {
 	/* one-sided writes (IWARP_IOMAP_SIZE, IWARP_IOMAP, IWARP_IOWRITE) */
 	u32 iomap_size;		/* entries we offer (set before the switch) */
 	u8 *iomap_tbl;		/* they, in tsgl after the target SGL */
+	/*
+	 * ... as the peer announced them: es_notify() decodes entry i when
+	 * its IOMAP_SGL is placed, which is after the entry's Write and
+	 * before any later one (the wire table may be half rewritten at
+	 * any other time). iomap_lock: for readers in process context.
+	 */
+	struct kw_rs_iomap *peer_maps;
+	spinlock_t iomap_lock;
 	u32 pd_handle;		/* of ctx: the riomap()ed MRs' PD */
 	struct es_iomap *maps;	/* our riomap()s: rs.remote_iomap_count */
 	u32 maps_pending;	/* of them not yet announced to the peer */
 	u64 iow_bytes;		/* riowrite() bytes sent */
+	u64 ior_bytes;		/* IWARP_IOREAD bytes read */
+	struct mutex rd_mutex;	/* one IWARP_IOREAD at a time (taken
+				 * before es->lock) */
+	bool rd_busy;		/* its Read WR posted, CQE not taken */
+	u8 rd_status;		/* that CQE's KIWARP_WC_* */
 
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
@@ -228,9 +242,10 @@ static void es_wake(struct sock *sk)
 
 	rcu_read_lock();
 	wq = rcu_dereference(sk->sk_wq);
+	/* not only interruptible sleepers: es_ioread() waits killable */
 	if (skwq_has_sleeper(wq))
-		wake_up_interruptible_poll(&wq->wait, EPOLLIN | EPOLLRDNORM |
-					   EPOLLOUT | EPOLLWRNORM);
+		wake_up_poll(&wq->wait, EPOLLIN | EPOLLRDNORM | EPOLLOUT |
+			     EPOLLWRNORM);
 	rcu_read_unlock();
 }
 
@@ -257,9 +272,19 @@ static void es_notify(void *arg, const struct kiwarp_cqe *cqe)
 		u32 slot = (u32)cqe->wr_id & (ES_RQ_ENTRIES - 1);
 		u32 msg = kw_rs_msg_decode(es->rslots + slot * KW_RS_MSG_LEN);
 
-		if (msg >> KW_RS_OP_SHIFT == KW_RS_OP_DATA)
-			kw_mr_window_move(es->rbuf_mr,
-					  msg & KW_RS_VAL_MASK, 0);
+		u32 val = msg & KW_RS_VAL_MASK;
+
+		if (msg >> KW_RS_OP_SHIFT == KW_RS_OP_DATA) {
+			kw_mr_window_move(es->rbuf_mr, val, 0);
+		} else if (msg >> KW_RS_OP_SHIFT == KW_RS_OP_IOMAP_SGL &&
+			   val < es->iomap_size) {
+			/* (beyond the table: es_rx_msg() fails the stream) */
+			spin_lock(&es->iomap_lock);
+			kw_rs_iomap_decode(es->iomap_tbl +
+					   val * KW_RS_IOMAP_LEN,
+					   &es->peer_maps[val]);
+			spin_unlock(&es->iomap_lock);
+		}
 	}
 	es_wake(es->sk);
 }
@@ -291,7 +316,7 @@ static struct kiwarp_wqe *es_sq_next(struct kw_es *es)
 	return w;
 }
 
-/* The 16-byte slot of the next send WR, for its inline payload. */
+/* The 32-byte slot of the next send WR, for its inline payload. */
 static u8 *es_sslot(struct kw_es *es, u64 *to)
 {
 	u32 i = es->sq_prod & (ES_SQ_ENTRIES - 1);
@@ -510,6 +535,11 @@ static bool es_process(struct kw_es *es)
 		any = true;
 		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))
 			es->sq_cqes--;	/* ours all carry a kind */
+		if (cqe.opcode != KIWARP_WR_RECV &&
+		    (cqe.wr_id & ~0xffffffffULL) == ES_WR_READ) {
+			es->rd_busy = false;	/* its sink may go */
+			es->rd_status = cqe.status;
+		}
 		if (cqe.status != KIWARP_WC_SUCCESS) {
 			/* a flush after the peer's DISCONNECT is its close */
 			es_fail(es, es->peer_gone ? EPIPE : ECONNRESET);
@@ -636,25 +666,27 @@ static u32 es_tx_room(struct kw_es *es, struct kw_rs_sge *dst)
 }
 
 /*
- * riowrite(): where the byte at pos of the peer's mappings goes (*dst) and
- * how many follow it in the same mapping; 0 if no mapping holds pos. The
- * peer writes our iomap table as it writes the target SGL: under the
- * socket lock (es_tx_room()).
+ * riowrite(), IWARP_IOREAD: where the byte at pos of the peer's mappings
+ * is (*dst) and how many follow it in the same mapping; 0 if no mapping
+ * holds pos, as the peer announced them (peer_maps).
  */
-static u32 es_iow_room(struct kw_es *es, u64 pos, struct kw_rs_sge *dst)
+static u64 es_iow_room(struct kw_es *es, u64 pos, struct kw_rs_sge *dst)
 {
 	struct kw_rs_iomap m;
-	bool found;
+	unsigned long flags;
+	bool found = false;
 
 	lockdep_assert_held(&es->lock);
-	lock_sock(es->sk);
-	found = kw_rs_iomap_find(&es->rs, es->iomap_tbl, pos, &m);
-	release_sock(es->sk);
+	if (es->peer_maps) {
+		spin_lock_irqsave(&es->iomap_lock, flags);
+		found = kw_rs_iomap_find(&es->rs, es->peer_maps, pos, &m);
+		spin_unlock_irqrestore(&es->iomap_lock, flags);
+	}
 	if (!found)
 		return 0;
 	dst->addr = m.sge.addr + (pos - m.offset);
 	dst->key = m.sge.key;
-	return min_t(u64, m.sge.len - (pos - m.offset), KW_RS_MAX_TRANSFER);
+	return m.sge.len - (pos - m.offset);
 }
 
 /*
@@ -730,7 +762,9 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			if (es_sq_free(es) < 2 + ES_SQ_RESERVE)
 				break;
 			if (iow) {
-				room = es_iow_room(es, iow_pos + copied, &dst);
+				room = min_t(u64, KW_RS_MAX_TRANSFER,
+					     es_iow_room(es, iow_pos + copied,
+							 &dst));
 				if (!room) {
 					ret = -EINVAL;	/* not mapped */
 					break;
@@ -1015,6 +1049,8 @@ static void es_teardown(struct kw_es *es)
 	kfree(es->maps);
 	es->maps = NULL;
 	es->maps_pending = 0;
+	kfree(es->peer_maps);	/* es_notify() is gone (above) */
+	es->peer_maps = NULL;
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
@@ -1073,6 +1109,13 @@ static int es_alloc(struct kw_es *es)
 		ret = PTR_ERR(es->mem);
 		es->mem = NULL;
 		return ret;
+	}
+	if (es->iomap_size) {
+		es->peer_maps = kcalloc(es->iomap_size,
+					sizeof(*es->peer_maps),
+					GFP_KERNEL_ACCOUNT);
+		if (!es->peer_maps)
+			return -ENOMEM;	/* (before es_notify() can run) */
 	}
 	es->rbuf = base;
 	es->tsgl = es->rbuf + es->rbuf_size;
@@ -1327,13 +1370,15 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->rx_bytes = es->rx_bytes;
 	info->readable = es->rs.readable;
 	info->iowrite_bytes = es->iow_bytes;
+	info->ioread_bytes = es->ior_bytes;
 	info->iomap_size = es->iomap_size;
 	info->peer_iomap_size = es->rs.remote_iomap_count;
 	return 0;
 }
 
 /*
- * riomap(): pin and register the memory (remote write only), take a free
+ * riomap(): pin and register the memory (remote write, remote read or
+ * both, as prot says), take a free
  * entry of the peer's table, announce it. Pins under es->lock, which no
  * path takes under mmap_lock.
  */
@@ -1341,8 +1386,6 @@ static int es_riomap(struct kw_es *es, const struct iwarp_iomap *io)
 {
 	struct kiwarp_reg_mr mr = {
 		.pd = es->pd_handle,
-		.access = KIWARP_ACCESS_LOCAL_WRITE |
-			  KIWARP_ACCESS_REMOTE_WRITE,
 		.addr = io->addr,
 		.length = io->len,
 	};
@@ -1353,9 +1396,18 @@ static int es_riomap(struct kw_es *es, const struct iwarp_iomap *io)
 
 	lockdep_assert_held(&es->lock);
 	/* the entry's length is 32 bits on the wire */
-	if (io->prot != PROT_WRITE || io->reserved || !io->len ||
-	    io->len > U32_MAX || check_add_overflow(io->offset, io->len, &end))
+	if (!io->prot || (io->prot & ~(PROT_READ | PROT_WRITE)) ||
+	    io->reserved || !io->len || io->len > U32_MAX ||
+	    check_add_overflow(io->offset, io->len, &end))
 		return -EINVAL;
+	/* read-only memory stays pinnable for a read-only mapping */
+	if (io->prot & PROT_WRITE)
+		mr.access |= KIWARP_ACCESS_LOCAL_WRITE |
+			     KIWARP_ACCESS_REMOTE_WRITE;
+	if (io->prot & PROT_READ)
+		mr.access |= KIWARP_ACCESS_REMOTE_READ;
+	if (es->wr_shut || es->peer_gone)
+		return -EPIPE;	/* it could never be announced */
 	if (!es->rs.remote_iomap_count)
 		return -ENOMEM;	/* the peer offered no table (rsockets) */
 	if (!es->maps) {
@@ -1512,6 +1564,149 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 	return ret;
 }
 
+/*
+ * IWARP_IOREAD, under rd_mutex and es->lock: one RDMA Read of the peer's
+ * mapping at r->offset into the caller's memory, pinned for the while.
+ * Waits for the Read's completion (killable; SO_RCVTIMEO bounds it, then
+ * the stream is reset), whose CQE es_process() takes for us: the sink is
+ * deregistered only once the QP is done with it.
+ */
+static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
+{
+	struct kiwarp_reg_mr mr = {
+		.pd = es->pd_handle, .access = KIWARP_ACCESS_LOCAL_WRITE,
+		.addr = r->addr,
+	};
+	long timeo = sock_rcvtimeo(es->sk, false);
+	struct kiwarp_handle h = {};
+	struct kiwarp_wqe *w;
+	struct kw_rs_sge src;
+	bool reset = false;
+	u64 room, end;
+	int ret;
+	u32 gen;
+
+	lockdep_assert_held(&es->rd_mutex);
+	lockdep_assert_held(&es->lock);
+	if (!r->len || check_add_overflow(r->offset, r->len, &end))
+		return -EINVAL;
+	/* the stream's own checks, as for a write */
+	for (;;) {
+		if (es->state != ES_RUN)
+			return es->err ? -es->err : -ENOTCONN;
+		if (es->err)
+			return -es->err;
+		if (es->peer_gone)
+			return -EPIPE;
+		if (es_sq_free(es) >= 1 + ES_SQ_RESERVE)
+			break;
+		gen = es->gen;
+		mutex_unlock(&es->lock);
+		timeo = es_wait(es, gen, timeo);
+		mutex_lock(&es->lock);
+		if (timeo < 0)
+			return timeo;
+		es_process(es);
+	}
+	room = es_iow_room(es, r->offset, &src);
+	if (!room)
+		return -EINVAL;		/* the peer mapped nothing there */
+	mr.length = min3(r->len, room, (u64)IWARP_IOREAD_MAX);
+	ret = kw_mr_reg(es->ctx, &mr);
+	if (ret)
+		return ret;
+
+	w = es_sq_next(es);
+	w->wr_id = ES_WR_READ;
+	w->opcode = KIWARP_WR_RDMA_READ;
+	w->flags = KIWARP_WR_SIGNALED;
+	w->num_sge = 1;
+	w->sge[0].addr = r->addr;
+	w->sge[0].length = mr.length;
+	w->sge[0].lkey = mr.stag;
+	w->remote_addr = src.addr;
+	w->rkey = src.key;
+	es->sq_cqes++;
+	es_sq_commit(es);
+	es->rd_busy = true;
+	if (es_doorbell(es))
+		es_fail(es, ECONNRESET);	/* flushes it: rd_busy clears */
+
+	/*
+	 * Until its CQE. A timeout or a fatal signal resets the stream,
+	 * which flushes the Read from a worker: that is waited for without
+	 * regard to signals (a pending fatal one would end every killable
+	 * wait at once), a second at a time.
+	 */
+	for (;;) {
+		long t;
+
+		es_process(es);
+		if (!es->rd_busy)
+			break;
+		gen = es->gen;
+		mutex_unlock(&es->lock);
+#define ES_RD_COND (READ_ONCE(es->gen) != gen || \
+		    smp_load_acquire(es->cq->prod) != READ_ONCE(*es->cq->cons))
+		if (reset)
+			t = wait_event_timeout(*sk_sleep(es->sk), ES_RD_COND, HZ);
+		else
+			t = wait_event_killable_timeout(*sk_sleep(es->sk),
+							ES_RD_COND, timeo);
+#undef ES_RD_COND
+		mutex_lock(&es->lock);
+		if (reset)
+			continue;
+		if (t <= 0) {
+			es_fail(es, t ? EINTR : ETIMEDOUT);
+			reset = true;
+		} else {
+			timeo = t;
+		}
+	}
+	h.handle = mr.handle;
+	ret = kw_mr_dereg(es->ctx, &h);
+	WARN_ON_ONCE(ret);	/* the QP let go of it with the CQE */
+	if (es->rd_status != KIWARP_WC_SUCCESS)
+		return es->err ? -es->err : -EIO;
+	r->done = mr.length;
+	es->ior_bytes += mr.length;
+	return 0;
+}
+
+/* getsockopt(IWARP_IOREAD): struct iwarp_ioread in and out. */
+static int es_ioread_opt(struct kw_es *es, char __user *optval,
+			 int __user *optlen)
+{
+	struct iwarp_ioread r;
+	int len, ret;
+	u32 gen0;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < (int)sizeof(r))
+		return -EINVAL;
+	if (copy_from_user(&r, optval, sizeof(r)))
+		return -EFAULT;
+	r.done = 0;
+	ret = mutex_lock_interruptible(&es->rd_mutex);
+	if (ret)
+		return ret;
+	ret = es_lock(es, false);
+	if (ret)
+		goto out;
+	gen0 = es->gen;
+	es_process(es);
+	ret = es_ioread(es, &r);
+	es_unlock(es, gen0);
+	if (!ret && (copy_to_user(optval, &r, sizeof(r)) ||
+		     put_user((int)sizeof(r), optlen)))
+		ret = -EFAULT;
+out:
+	mutex_unlock(&es->rd_mutex);
+	return ret;
+}
+
 static int es_getsockopt(struct socket *sock, int level, int optname,
 			 char __user *optval, int __user *optlen)
 {
@@ -1530,6 +1725,8 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 	}
 	if (!es)
 		return -ENOPROTOOPT;
+	if (optname == IWARP_IOREAD)
+		return es_ioread_opt(es, optval, optlen);
 	if (get_user(len, optlen))
 		return -EFAULT;
 	if (len < 0)
@@ -1778,6 +1975,8 @@ static struct kw_es *es_new(struct sock *sk, gfp_t gfp)
 		return NULL;
 	es->sk = sk;
 	mutex_init(&es->lock);
+	mutex_init(&es->rd_mutex);
+	spin_lock_init(&es->iomap_lock);
 	INIT_WORK(&es->sw_work, es_sw_work);
 	INIT_DELAYED_WORK(&es->sw_deadline, es_sw_deadline);
 	es->state = ES_ATTACHED;
@@ -1853,6 +2052,7 @@ static void es_ulp_release(struct sock *sk)
 	WARN_ON_ONCE(es->ctx);
 	RCU_INIT_POINTER(inet_csk(sk)->icsk_ulp_data, NULL);
 	mutex_destroy(&es->lock);
+	mutex_destroy(&es->rd_mutex);
 	kfree(es);
 }
 

@@ -158,11 +158,20 @@ static u8 wr_resolve_sges(struct kw_qp *qp, struct kw_wr *wr, bool need_write)
 		mr = kw_mr_get(s->lkey);
 		if (!mr)
 			return KIWARP_WC_LOC_PROT_ERR;
+		/*
+		 * Another PD's MR (its STag may have been given to a peer,
+		 * which may be a local user: riomap() does so) is neither
+		 * kept nor counted: its owner's DEREG_MR must never wait for
+		 * a WR that is not theirs, which could wait forever.
+		 */
+		if (mr->pd_id != qp->pd_id) {
+			kw_mr_put(mr);
+			return KIWARP_WC_LOC_PROT_ERR;
+		}
 		wr->mr[i] = mr;
 		atomic_inc(&mr->wr_refs);
 		smp_mb__after_atomic();	/* pairs with kw_mr_dereg() */
-		if (mr->pd_id != qp->pd_id || !READ_ONCE(mr->valid) ||
-		    READ_ONCE(mr->dereg))
+		if (!READ_ONCE(mr->valid) || READ_ONCE(mr->dereg))
 			return KIWARP_WC_LOC_PROT_ERR;
 		if (need_write && !(mr->access & KIWARP_ACCESS_LOCAL_WRITE))
 			return KIWARP_WC_LOC_PROT_ERR;

@@ -233,17 +233,18 @@ u32 kw_rs_iomap_sent(struct kw_rs *rs, u32 index)
 	return KW_RS_MSG(KW_RS_OP_IOMAP_SGL, index);
 }
 
-bool kw_rs_iomap_find(const struct kw_rs *rs, const u8 *tbl, u64 offset,
-		      struct kw_rs_iomap *m)
+bool kw_rs_iomap_find(const struct kw_rs *rs, const struct kw_rs_iomap *tbl,
+		      u64 offset, struct kw_rs_iomap *m)
 {
 	u32 i;
 
 	/* the first entry that holds it, as rsockets' rs_find_iomap() */
 	for (i = 0; i < rs->cfg.iomap_size; i++) {
-		kw_rs_iomap_decode(tbl + i * KW_RS_IOMAP_LEN, m);
-		if (m->sge.len && offset >= m->offset &&
-		    offset - m->offset < m->sge.len)
+		if (tbl[i].sge.len && offset >= tbl[i].offset &&
+		    offset - tbl[i].offset < tbl[i].sge.len) {
+			*m = tbl[i];
 			return true;
+		}
 	}
 	return false;
 }

@@ -187,13 +187,14 @@ bool kw_rs_iomap_dst(const struct kw_rs *rs, u32 index, struct kw_rs_sge *dst);
 u32 kw_rs_iomap_sent(struct kw_rs *rs, u32 index);
 
 /*
- * riowrite(): the entry of our own iomap table (tbl, cfg.iomap_size
- * entries written by the peer) that holds offset, copied once into *m;
- * false if none does. The caller keeps the peer's Writes into tbl from
- * being placed meanwhile, as for kw_rs_tx_room().
+ * riowrite(): the entry of our own iomap table that holds offset, into
+ * *m; false if none does. tbl: cfg.iomap_size entries as the peer wrote
+ * them, decoded when their IOMAP_SGL message arrived (a copy of the wire
+ * table taken then is whole: the entry's Write was placed before the
+ * message, and any later Write of it comes after).
  */
-bool kw_rs_iomap_find(const struct kw_rs *rs, const u8 *tbl, u64 offset,
-		      struct kw_rs_iomap *m);
+bool kw_rs_iomap_find(const struct kw_rs *rs, const struct kw_rs_iomap *tbl,
+		      u64 offset, struct kw_rs_iomap *m);
 
 /* What an incoming message means. */
 enum kw_rs_event {

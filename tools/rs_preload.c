@@ -17,7 +17,8 @@
  * Not supported (errno EOPNOTSUPP): datagram rsockets (rsockets' own
  * protocol over UD QPs, which iWARP lacks), and riomap() without
  * PROT_WRITE (a local-only mapping, which rsockets registers but never
- * uses). The RDMA_SQSIZE, RDMA_RQSIZE, RDMA_INLINE and RDMA_ROUTE options
+ * uses). riomap() also takes PROT_READ, which lets a kiwarp peer read the
+ * region (IWARP_IOREAD); rsockets itself refuses it. The RDMA_SQSIZE, RDMA_RQSIZE, RDMA_INLINE and RDMA_ROUTE options
  * are accepted and have no effect: the kernel sizes its own queues.
  */
 #define _GNU_SOURCE
@@ -359,12 +360,12 @@ off_t riomap(int fd, void *buf, size_t len, int prot, int flags, off_t offset)
 	struct iwarp_iomap io = {
 		.addr = (uintptr_t)buf,
 		.len = len,
-		.prot = PROT_WRITE,
+		.prot = prot,	/* PROT_READ too: a kiwarp extension */
 	};
 
 	(void)flags;	/* rsockets defines none */
-	if (prot != PROT_WRITE)
-		return err(prot == PROT_NONE ? EOPNOTSUPP : EINVAL);
+	if (prot == PROT_NONE)
+		return err(EOPNOTSUPP);
 	if (offset == -1)
 		offset = (uintptr_t)buf;	/* rsockets: map at its address */
 	io.offset = offset;

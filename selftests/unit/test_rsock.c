@@ -914,7 +914,7 @@ TEST(iomap_update_received)
 TEST(iomap_find)
 {
 	struct kw_rs_cfg a = cfg_io(&cfg_a, 3);
-	u8 tbl[4 * KW_RS_IOMAP_LEN] = { 0 };
+	struct kw_rs_iomap tbl[4];
 	struct kw_rs_iomap e[4] = {
 		{ 1000, { 0x5000, 7, 100 } },
 		{ 1050, { 0x9000, 8, 100 } },
@@ -922,12 +922,11 @@ TEST(iomap_find)
 		{ 0, { 0xb000, 10, 4096 } },	/* beyond our table */
 	}, m;
 	struct kw_rs rs;
-	int i;
 
 	ASSERT_EQ(start_with(&rs, &a, &cfg_b), 0);
+	memset(tbl, 0, sizeof(tbl));
 	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
-	for (i = 0; i < 4; i++)
-		kw_rs_iomap_encode(&e[i], tbl + i * KW_RS_IOMAP_LEN);
+	memcpy(tbl, e, sizeof(tbl));
 	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 999, &m));
 	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 0, &m));
 	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
@@ -940,7 +939,7 @@ TEST(iomap_find)
 	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, ~0ULL, &m));
 	EXPECT_EQ(m.sge.key, 9);
 	/* an entry zeroed by the peer is gone */
-	memset(tbl + 8 + 8 + 4, 0, 4);
+	tbl[0].sge.len = 0;
 	EXPECT_FALSE(kw_rs_iomap_find(&rs, tbl, 1000, &m));
 	ASSERT_TRUE(kw_rs_iomap_find(&rs, tbl, 1050, &m));
 	EXPECT_EQ(m.sge.key, 8);

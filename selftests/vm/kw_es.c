@@ -1284,7 +1284,8 @@ TEST(iomap_bad_arguments)
 	EXPECT_EQ(riomap_(s, m, 0, 0), -EINVAL);
 	EXPECT_EQ(riomap_(s, m, 1ULL << 32, 0), -EINVAL);
 	EXPECT_EQ(riomap_(s, m, 4096, ~0ULL - 100), -EINVAL);
-	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, PROT_READ), -EINVAL);
+	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, PROT_EXEC), -EINVAL);
+	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, PROT_WRITE | 8), -EINVAL);
 	EXPECT_EQ(iomap_opt(s, IWARP_IOMAP, m, 4096, 0, 0), -EINVAL);
 	io.addr = (uintptr_t)m;
 	io.len = 4096;
@@ -1450,6 +1451,89 @@ TEST(iomap_write_after_unmap_ends_the_stream)
 	EXPECT_EQ(r, -1);
 	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
 	EXPECT_EQ(m[0], 0);	/* nothing landed after the unmap */
+	close(c);
+	close(s);
+}
+
+/* getsockopt(IWARP_IOREAD): bytes read, or -errno. */
+static long rioread_(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	struct iwarp_ioread r = { .addr = (uintptr_t)buf, .len = len,
+				  .offset = off };
+	socklen_t l = sizeof(r);
+
+	if (getsockopt(fd, SOL_IWARP, IWARP_IOREAD, &r, &l))
+		return -errno;
+	return (long)r.done;
+}
+
+/*
+ * RDMA Read of a region the peer exposes (riomap() with PROT_READ, a
+ * kiwarp extension): the bytes come straight into the caller's memory,
+ * at most IWARP_IOREAD_MAX and no further than the mapping per call; a
+ * write-only mapping is not readable (the connection ends); bad
+ * arguments are refused.
+ */
+TEST(ioread_of_a_mapping)
+{
+	const size_t n = 6 << 20;
+	uint8_t *m = map_anon(n), *dst = map_anon(n), *ro;
+	struct iwarp_ioread r = { 0 };
+	struct iwarp_info ic;
+	socklen_t l;
+	size_t got = 0;
+	long k;
+	int c, s;
+
+	ASSERT_TRUE(m && dst);
+	fill(m, n, 99);
+	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
+	ASSERT_EQ(iomap_opt(s, IWARP_IOMAP, m, n, 1 << 20, PROT_READ | PROT_WRITE), 0);
+	/* read-only memory, mapped read-only */
+	ro = mmap(NULL, 65536, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(ro != MAP_FAILED);
+	ASSERT_EQ(iomap_opt(s, IWARP_IOMAP, ro, 65536, 0, PROT_READ), 0);
+	ASSERT_EQ(sync_pair(s, c), 0);
+
+	/* not mapped, past it, bad arguments */
+	EXPECT_EQ(rioread_(c, dst, 10, 65536), -EINVAL);
+	EXPECT_EQ(rioread_(c, dst, 10, (1 << 20) + n), -EINVAL);
+	EXPECT_EQ(rioread_(c, dst, 0, 1 << 20), -EINVAL);
+	EXPECT_EQ(rioread_(c, dst, 10, ~0ULL - 3), -EINVAL);
+	EXPECT_EQ(rioread_(c, (void *)4096, 10, 1 << 20), -EFAULT);
+	l = sizeof(r) - 1;
+	EXPECT_EQ(getsockopt(c, SOL_IWARP, IWARP_IOREAD, &r, &l), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(rioread_(s, dst, 10, 0), -EINVAL);	/* c mapped nothing */
+
+	/* the whole mapping, 4 MiB a call at most */
+	while (got < n) {
+		k = rioread_(c, dst + got, n - got, (1 << 20) + got);
+		ASSERT_GT(k, 0);
+		EXPECT_LE(k, IWARP_IOREAD_MAX);
+		got += k;
+	}
+	EXPECT_MEMEQ(dst, m, n);
+	/* a short one at the end, and the read-only mapping */
+	EXPECT_EQ(rioread_(c, dst, 100, (1 << 20) + n - 10), 10);
+	EXPECT_EQ(rioread_(c, dst, 65536, 0), 65536);
+	EXPECT_EQ(dst[0], 0);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.ioread_bytes, n + 10 + 65536);
+	/* the stream still works both ways */
+	EXPECT_EQ(sync_pair(c, s), 0);
+	EXPECT_EQ(sync_pair(s, c), 0);
+	close(c);
+	close(s);
+
+	/* rsockets maps for writes only: reading such a mapping ends it */
+	ASSERT_EQ(io_pair(&c, &s, 1, 1), 0);
+	ASSERT_EQ(riomap_(s, m, 65536, 0), 0);
+	ASSERT_EQ(sync_pair(s, c), 0);
+	k = rioread_(c, dst, 100, 0);
+	note("read of a write-only mapping: %ld", k);
+	EXPECT_TRUE(k == -ECONNRESET || k == -EIO);
+	EXPECT_EQ(rioread_(c, dst, 100, 0), -ECONNRESET);
 	close(c);
 	close(s);
 }

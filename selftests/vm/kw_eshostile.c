@@ -771,3 +771,133 @@ TEST(riowrite_on_the_wire)
 	EXPECT_FALSE(sink.got_term);
 	hp_close(&h);
 }
+
+/* The raw peer's view of a Read Request (segment_done). */
+static struct kw_read_req rr;
+static bool got_rr;
+
+static int rr_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
+		   u32 placed, struct kw_term *t)
+{
+	if (h->opcode == KW_OP_READ_REQ && payload && placed == KW_READ_REQ_LEN) {
+		kw_read_req_decode(payload, &rr);
+		got_rr = true;
+	}
+	return rp_done(ctx, h, payload, placed, t);
+}
+
+static const struct kw_rx_ops rr_ops = {
+	.lookup_stag = rp_lookup, .get_rx_buf = rp_getbuf,
+	.place = rp_place, .segment_done = rr_done,
+};
+
+static bool have_rr(const struct rp_sink *s)
+{
+	(void)s;
+	return got_rr;
+}
+
+struct ior {
+	int fd;
+	struct iwarp_ioread r;
+	int ret;
+	double secs;
+	pthread_t t;
+};
+
+static void *ior_thread(void *arg)
+{
+	struct ior *x = arg;
+	socklen_t l = sizeof(x->r);
+	double t0 = now();
+
+	x->ret = getsockopt(x->fd, SOL_IWARP, IWARP_IOREAD, &x->r, &l) ?
+		 -errno : 0;
+	x->secs = now() - t0;
+	return NULL;
+}
+
+/*
+ * IWARP_IOREAD on the wire, against a peer that mapped a region (entry
+ * written by hand): one RDMA Read Request for the entry's STag at its
+ * address plus the distance into it, with the caller's memory as the
+ * sink; a Response fills exactly that memory. A peer that never answers
+ * costs SO_RCVTIMEO and the connection, and one that answers with the
+ * wrong bytes count gets a Terminate; the caller's memory around the
+ * sink is never touched.
+ */
+TEST(ioread_on_the_wire)
+{
+	static const struct kw_rs_iomap e = {
+		.offset = 5000, .sge = { .addr = 0x40000, .key = 0x77, .len = 65536 },
+	};
+	struct timeval tv = { .tv_sec = 1 };
+	u8 *dst = mmap(NULL, 8192, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), pl[3000];
+	int round, err, bad;
+
+	ASSERT_TRUE(dst != MAP_FAILED);
+	for (round = 0; round < 3; round++) {
+		struct ior x = { .r = { .len = 3000, .offset = 5100 } };
+		struct kw_rx rx;
+		struct hp h;
+		unsigned int i;
+
+		memset(dst, 0xee, 8192);
+		x.r.addr = (uintptr_t)dst + 100;
+		ASSERT_EQ(hp_connect_io(&h, 0, 2, 0), 0);
+		ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+		ASSERT_EQ(hp_iomap(&h, 0, &e), 0);
+		ASSERT_EQ(raw_all_taken(&h), 0);
+		memset(&sink, 0, sizeof(sink));
+		got_rr = false;
+		kw_rx_init(&rx, &rr_ops, &sink, h.p.crc, 0);
+		x.fd = h.es;
+		ASSERT_EQ(pthread_create(&x.t, NULL, ior_thread, &x), 0);
+		rp_read(&h.p, &rx, &sink, 5, have_rr);
+		ASSERT_TRUE(got_rr);
+		EXPECT_EQ(rr.src_stag, 0x77);
+		EXPECT_EQ(rr.src_to, 0x40000 + 100);
+		EXPECT_EQ(rr.size, 3000);
+		EXPECT_EQ(rr.sink_to, (uintptr_t)dst + 100);
+		EXPECT_NE(rr.sink_stag, 0);
+		for (i = 0; i < sizeof(pl); i++)
+			pl[i] = (u8)(i * 13 + round);
+		if (round == 0) {		/* answered */
+			struct kw_tx_msg m = { .opcode = KW_OP_READ_RESP,
+				.len = 3000, .stag = rr.sink_stag,
+				.to = rr.sink_to };
+
+			ASSERT_EQ(rp_send(&h.p, &m, pl, 0), 0);
+		} else if (round == 2) {	/* one byte short */
+			struct kw_tx_msg m = { .opcode = KW_OP_READ_RESP,
+				.len = 2999, .stag = rr.sink_stag,
+				.to = rr.sink_to };
+
+			ASSERT_EQ(rp_send(&h.p, &m, pl, 0), 0);
+		}
+		pthread_join(x.t, NULL);
+		note("round %d: IWARP_IOREAD %d after %.2f s, done %llu", round,
+		     x.ret, x.secs, (unsigned long long)x.r.done);
+		if (round == 0) {
+			EXPECT_EQ(x.ret, 0);
+			EXPECT_EQ(x.r.done, 3000);
+			EXPECT_MEMEQ(dst + 100, pl, 3000);
+		} else {
+			EXPECT_NE(x.ret, 0);
+			if (round == 1) {
+				EXPECT_EQ(x.ret, -ETIMEDOUT);
+				EXPECT_LT(x.secs, 3);
+			}
+			/* the stream is gone, for the reason the read gave */
+			es_drain(&h, 0, &err, &bad);
+			if (round == 1)
+				EXPECT_EQ(err, ETIMEDOUT);
+			else
+				EXPECT_STREAM_ERROR(err);
+		}
+		EXPECT_EQ(dst[99], 0xee);
+		EXPECT_EQ(dst[3100], 0xee);
+		hp_close(&h);
+	}
+}

@@ -2299,3 +2299,47 @@ TEST(destroy_after_error_in_setup)
 {
 	as_nobody(kwt_fail, 40, destroy_after_error, NULL);
 }
+
+/*
+ * An STag given to a peer (riomap() sends one to whoever is on the other
+ * end) used as an lkey by another local user, in a WR of a QP that never
+ * completes it: the victim's deregistration must still succeed at once,
+ * and its pages come back. (The WR used to take the MR and count itself
+ * a user of it before the PD check: DEREG_MR then said EBUSY for as long
+ * as the attacker liked, the peer kept access, the pages stayed pinned.)
+ */
+TEST(foreign_stag_as_lkey_holds_nothing)
+{
+	struct end victim, thief;
+	struct kw_send_wr w[2] = {
+		{ .wr_id = 1, .opcode = KIWARP_WR_SEND, .num_sge = 1 },
+		{ .wr_id = 2, .opcode = KIWARP_WR_SEND, .num_sge = 1,
+		  .flags = KW_SEND_SIGNALED },
+	};
+	struct kiwarp_sge own, stolen;
+	long base, pv, both;
+
+	memset(&victim, 0, sizeof(victim));
+	memset(&thief, 0, sizeof(thief));
+	base = vm_pin_kb();
+	ASSERT_EQ(end_init(&victim, 16), 0);
+	pv = vm_pin_kb() - base;
+	ASSERT_EQ(end_init(&thief, 16), 0);
+	both = vm_pin_kb();
+	/* the thief's QP is never connected: its first WR waits forever */
+	own = (struct kiwarp_sge){ .addr = (uintptr_t)thief.buf, .length = 64,
+				   .lkey = thief.mr->stag };
+	stolen = (struct kiwarp_sge){ .addr = (uintptr_t)victim.buf,
+				      .length = 64, .lkey = victim.mr->stag };
+	w[0].sg_list = &own;
+	w[1].sg_list = &stolen;
+	ASSERT_EQ(kw_post_send(thief.qp, w, 2), 2);
+	usleep(100000);
+	EXPECT_EQ(kw_dereg_mr(victim.mr), 0);
+	victim.mr = NULL;
+	end_fini(&victim);
+	/* nothing of the victim's is pinned any more */
+	EXPECT_EQ(wait_pin_kb(both - pv), both - pv);
+	end_fini(&thief);
+	EXPECT_EQ(wait_pin_kb(base), base);
+}

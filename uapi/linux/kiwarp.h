@@ -549,7 +549,8 @@ struct kiwarp_cqe {
  *                   the peer may map for this side's riowrite()s.
  * IWARP_IOMAP       set, struct iwarp_iomap, on a running stream: pin
  *                   [addr, addr + len) and let the peer RDMA-Write it at
- *                   offsets [offset, offset + len) (prot PROT_WRITE). The
+ *                   offsets [offset, offset + len) (prot PROT_WRITE), or
+ *                   RDMA-Read it (PROT_READ, a kiwarp extension), or both. The
  *                   peer learns of it by an entry of its iomap table and
  *                   a message, sent at once when a credit allows, else by
  *                   the next call on the socket. ENOMEM when the peer's
@@ -566,19 +567,36 @@ struct kiwarp_cqe {
  *                   fewer at the end of a mapping; EINVAL if no mapping
  *                   of the peer holds offset. Ordered with the stream:
  *                   bytes written to the stream after it arrive after.
+ * IWARP_IOREAD      get, struct iwarp_ioread (in: addr, len, offset; out:
+ *                   done): RDMA-Read up to len bytes of the peer's mapping
+ *                   at offset straight into [addr, addr + len), waiting
+ *                   for them (SO_RCVTIMEO bounds the wait; then the
+ *                   connection is reset). done: the bytes read, fewer at
+ *                   the end of the mapping or past 4 MiB. The peer's
+ *                   mapping must allow reads (kiwarp peers only: rsockets
+ *                   maps for writes, and a Read there is a Terminate).
  */
 #define IWARP_IOMAP_SIZE	4
 #define IWARP_IOMAP		5
 #define IWARP_IOUNMAP		6
 #define IWARP_IOWRITE		7
+#define IWARP_IOREAD		8
 #define IWARP_IOMAP_MAX		128
+#define IWARP_IOREAD_MAX	(4 << 20)
 
 struct iwarp_iomap {
 	__aligned_u64 addr;	/* the caller's memory */
 	__aligned_u64 len;
 	__aligned_u64 offset;	/* where the peer's riowrite() finds it */
-	__u32 prot;		/* PROT_WRITE (IWARP_IOUNMAP: 0) */
+	__u32 prot;		/* PROT_WRITE, PROT_READ (IWARP_IOUNMAP: 0) */
 	__u32 reserved;		/* 0 */
+};
+
+struct iwarp_ioread {
+	__aligned_u64 addr;	/* in: where the bytes go */
+	__aligned_u64 len;	/* in */
+	__aligned_u64 offset;	/* in: in the peer's mappings */
+	__aligned_u64 done;	/* out: bytes read */
 };
 
 #define IWARP_MODE_AUTO		1
@@ -602,6 +620,7 @@ struct iwarp_info {
 	__aligned_u64 tx_bytes;	/* stream bytes sent over iWARP */
 	__aligned_u64 rx_bytes;	/* ... received */
 	__aligned_u64 iowrite_bytes;	/* sent by IWARP_IOWRITE */
+	__aligned_u64 ioread_bytes;	/* read by IWARP_IOREAD */
 	__u32 iomap_size;	/* IWARP_IOMAP_SIZE: entries we offer */
 	__u32 peer_iomap_size;	/* entries the peer offers (IWARP_IOMAP) */
 };
