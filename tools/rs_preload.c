@@ -177,8 +177,16 @@ int rconnect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	 * here (one round trip; rsockets' own address and route resolution
 	 * wait too), then let the MPA exchange run in the background.
 	 */
-	if (poll(&p, 1, 30000) != 1)
-		return err(ETIMEDOUT);
+	for (;;) {
+		int n = poll(&p, 1, 30000);
+
+		if (n == 1)
+			break;
+		if (n == 0)
+			return err(ETIMEDOUT);
+		if (errno != EINTR)
+			return -1;
+	}
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el))
 		return -1;
 	if (e)
@@ -188,19 +196,29 @@ int rconnect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	return err(EINPROGRESS);
 }
 
+/*
+ * From a non-blocking listener (an event loop), the connection switches
+ * in the background, so that a client that connects and says nothing
+ * cannot stall the caller for the MPA timeout; the socket is then made
+ * blocking again, as accept() returns it: its calls wait for the switch.
+ */
 int raccept(int fd, struct sockaddr *addr, socklen_t *addrlen)
 {
-	int nfd = accept(fd, addr, addrlen), saved;
+	int fl = fcntl(fd, F_GETFL), nb = fl >= 0 && (fl & O_NONBLOCK);
+	int nfd = accept4(fd, addr, addrlen, nb ? SOCK_NONBLOCK : 0), saved;
 
 	if (nfd < 0)
 		return nfd;
 	iomap_set(nfd, iomap_get(fd));	/* rsockets: inherited */
-	if (rs_switch(nfd, IWARP_MODE_PASSIVE) && errno != EINPROGRESS) {
-		saved = errno;
-		close(nfd);
-		return err(saved);
-	}
+	if (rs_switch(nfd, IWARP_MODE_PASSIVE) && errno != EINPROGRESS)
+		goto fail;
+	if (nb && fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) & ~O_NONBLOCK))
+		goto fail;
 	return nfd;
+fail:
+	saved = errno;
+	close(nfd);
+	return err(saved);
 }
 
 int rbind(int fd, const struct sockaddr *addr, socklen_t addrlen)
