@@ -156,7 +156,7 @@ struct kw_es {
 
 /*
  * A riomap(): [addr, addr + len) of a user's memory, registered in our
- * context (remote write only), announced as entry i of the peer's iomap
+ * context (remote write and/or read), announced as entry i of the peer's iomap
  * table (pending until a credit allowed it).
  */
 struct es_iomap {
@@ -1629,8 +1629,10 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 	es->sq_cqes++;
 	es_sq_commit(es);
 	es->rd_busy = true;
+	/* fails only for a QP being destroyed, which ours is not while a
+	 * call holds the file; an ERROR QP flushes what it is given */
 	if (es_doorbell(es))
-		es_fail(es, ECONNRESET);	/* flushes it: rd_busy clears */
+		es_fail(es, ECONNRESET);
 
 	/*
 	 * Until its CQE. A timeout or a fatal signal resets the stream,
