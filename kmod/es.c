@@ -1481,14 +1481,15 @@ static int es_iomap_opt(struct kw_es *es, struct socket *sock, int optname,
 		return ret;
 	gen0 = es->gen;
 	es_process(es);
+	/* an unmap is local: it works on a stream that failed, too */
 	if (es->state != ES_RUN)
 		ret = es->err ? -es->err : -ENOTCONN;
+	else if (optname == IWARP_IOUNMAP)
+		ret = es_riounmap(es, &io);
 	else if (es->err)
 		ret = -es->err;
-	else if (optname == IWARP_IOMAP)
-		ret = es_riomap(es, &io);
 	else
-		ret = es_riounmap(es, &io);
+		ret = es_riomap(es, &io);
 	es_unlock(es, gen0);
 	return ret;
 }

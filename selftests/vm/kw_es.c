@@ -1430,6 +1430,7 @@ TEST(iomap_write_after_unmap_ends_the_stream)
 	memset(b, 'x', sizeof(b));
 	ASSERT_EQ(io_pair(&c, &s, 1, 1), 0);
 	ASSERT_EQ(riomap_(s, m, 65536, 0), 0);
+	ASSERT_EQ(riomap_(c, m + 32768, 4096, 0), 0);
 	ASSERT_EQ(sync_pair(s, c), 0);
 	ASSERT_EQ(riowrite_all(c, b, sizeof(b), 0), 0);
 	ASSERT_EQ(sync_pair(c, s), 0);
@@ -1451,6 +1452,9 @@ TEST(iomap_write_after_unmap_ends_the_stream)
 	EXPECT_EQ(r, -1);
 	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
 	EXPECT_EQ(m[0], 0);	/* nothing landed after the unmap */
+	/* the stream is gone: no new mapping, but an unmap still works */
+	EXPECT_EQ(riomap_(c, m + 40960, 4096, 4096), -ECONNRESET);
+	EXPECT_EQ(riounmap_(c, m + 32768, 4096), 0);
 	close(c);
 	close(s);
 }
