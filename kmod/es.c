@@ -1463,11 +1463,14 @@ static int es_riounmap(struct kw_es *es, const struct iwarp_iomap *io)
 	return -EINVAL;
 }
 
-/* IWARP_IOMAP, IWARP_IOUNMAP: on a running stream. */
-static int es_iomap_opt(struct kw_es *es, struct socket *sock, int optname,
-			sockptr_t optval, unsigned int optlen)
+/*
+ * IWARP_IOMAP, IWARP_IOUNMAP: on a running stream. A switch still under
+ * way is waited for, on a non-blocking socket too: rsockets' riomap()
+ * never says EAGAIN, and a program calls it once, at setup.
+ */
+static int es_iomap_opt(struct kw_es *es, int optname, sockptr_t optval,
+			unsigned int optlen)
 {
-	bool nonblock = sock->file && (sock->file->f_flags & O_NONBLOCK);
 	struct iwarp_iomap io;
 	int ret;
 	u32 gen0;
@@ -1476,7 +1479,7 @@ static int es_iomap_opt(struct kw_es *es, struct socket *sock, int optname,
 		return -EINVAL;
 	if (copy_from_sockptr(&io, optval, sizeof(io)))
 		return -EFAULT;
-	ret = es_lock(es, nonblock);
+	ret = es_lock(es, false);
 	if (ret)
 		return ret;
 	gen0 = es->gen;
@@ -1508,7 +1511,7 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 	if (!es)
 		return -ENOPROTOOPT;	/* no ULP (or a clone without memory) */
 	if (optname == IWARP_IOMAP || optname == IWARP_IOUNMAP)
-		return es_iomap_opt(es, sock, optname, optval, optlen);
+		return es_iomap_opt(es, optname, optval, optlen);
 	if (optname != IWARP_MODE && optname != IWARP_CRC &&
 	    optname != IWARP_IOMAP_SIZE)
 		return -ENOPROTOOPT;

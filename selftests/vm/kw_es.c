@@ -1541,3 +1541,40 @@ TEST(ioread_of_a_mapping)
 	close(c);
 	close(s);
 }
+
+/* riomap() right after a non-blocking switch began (kiwarp-run's and
+ * raccept()'s background switch): it waits for the switch, as rsockets'
+ * riomap() never says EAGAIN, and the mapping works. */
+TEST(iomap_during_a_background_switch)
+{
+	uint8_t *m = map_anon(65536), b[512];
+	int c, s, mode = IWARP_MODE_PASSIVE, fl;
+
+	ASSERT_TRUE(m != NULL);
+	memset(b, 'z', sizeof(b));
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(set_iomap_size(c, 1), 0);
+	ASSERT_EQ(set_iomap_size(s, 1), 0);
+	fl = fcntl(s, F_GETFL);
+	ASSERT_EQ(fcntl(s, F_SETFL, fl | O_NONBLOCK), 0);
+	EXPECT_EQ(setsockopt(s, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode)), -1);
+	EXPECT_EQ(errno, EINPROGRESS);
+	{
+		struct sw a = { .fd = c, .mode = IWARP_MODE_ACTIVE };
+
+		pthread_create(&a.t, NULL, switch_thread, &a);
+		/* s is still switching: this waits for it */
+		EXPECT_EQ(riomap_(s, m, 65536, 0), 0);
+		pthread_join(a.t, NULL);
+		ASSERT_EQ(a.ret, 0);
+	}
+	ASSERT_EQ(fcntl(s, F_SETFL, fl), 0);
+	ASSERT_EQ(sync_pair(s, c), 0);
+	ASSERT_EQ(riowrite_all(c, b, sizeof(b), 100), 0);
+	ASSERT_EQ(sync_pair(c, s), 0);
+	EXPECT_MEMEQ(m + 100, b, sizeof(b));
+	close(c);
+	close(s);
+}
