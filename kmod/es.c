@@ -87,7 +87,8 @@ enum kw_es_state {
 /* wr_id of send WRs: kind in the top byte, bytes of sbuf to free below */
 #define ES_WR_DATA		(1ULL << 56)
 #define ES_WR_CTRL		(2ULL << 56)
-#define ES_WR_READ		(3ULL << 56)	/* IWARP_IOREAD's */
+#define ES_WR_READ		(3ULL << 56)	/* IWARP_IOREAD's, | rd_seq */
+#define ES_RD_FLUSH_WAIT	30	/* s, for a reset Read's flush */
 #define ES_WR_LEN(id)		((u32)(id))
 
 struct kw_es {
@@ -135,7 +136,9 @@ struct kw_es {
 	struct mutex rd_mutex;	/* one IWARP_IOREAD at a time (taken
 				 * before es->lock) */
 	bool rd_busy;		/* its Read WR posted, CQE not taken */
+	bool rd_stuck;		/* one never completed: no more Reads */
 	u8 rd_status;		/* that CQE's KIWARP_WC_* */
+	u32 rd_seq;		/* the Read's, in its wr_id */
 
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
@@ -536,7 +539,8 @@ static bool es_process(struct kw_es *es)
 		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))
 			es->sq_cqes--;	/* ours all carry a kind */
 		if (cqe.opcode != KIWARP_WR_RECV &&
-		    (cqe.wr_id & ~0xffffffffULL) == ES_WR_READ) {
+		    (cqe.wr_id & ~0xffffffffULL) == ES_WR_READ &&
+		    (u32)cqe.wr_id == es->rd_seq) {
 			es->rd_busy = false;	/* its sink may go */
 			es->rd_status = cqe.status;
 		}
@@ -1585,7 +1589,7 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 	struct kiwarp_handle h = {};
 	struct kiwarp_wqe *w;
 	struct kw_rs_sge src;
-	bool reset = false;
+	unsigned int reset = 0;	/* 1 + seconds waited for the flush */
 	u64 room, end;
 	int ret;
 	u32 gen;
@@ -1600,8 +1604,12 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 			return es->err ? -es->err : -ENOTCONN;
 		if (es->err)
 			return -es->err;
-		if (es->peer_gone)
+		/* closing, either side: the Read could only be flushed */
+		if (es->peer_gone || es->wr_shut || es->rd_shut ||
+		    es->disc_sent)
 			return -EPIPE;
+		if (es->rd_stuck)
+			return -EIO;
 		if (es_sq_free(es) >= 1 + ES_SQ_RESERVE)
 			break;
 		gen = es->gen;
@@ -1621,7 +1629,7 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 		return ret;
 
 	w = es_sq_next(es);
-	w->wr_id = ES_WR_READ;
+	w->wr_id = ES_WR_READ | ++es->rd_seq;
 	w->opcode = KIWARP_WR_RDMA_READ;
 	w->flags = KIWARP_WR_SIGNALED;
 	w->num_sge = 1;
@@ -1639,10 +1647,14 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 		es_fail(es, ECONNRESET);
 
 	/*
-	 * Until its CQE. A timeout or a fatal signal resets the stream,
-	 * which flushes the Read from a worker: that is waited for without
-	 * regard to signals (a pending fatal one would end every killable
-	 * wait at once), a second at a time.
+	 * Until its CQE. A timeout, a fatal signal or a shutdown() of the
+	 * socket by another thread resets the stream, which flushes the Read
+	 * from a worker: that is waited for without regard to signals (a
+	 * pending fatal one ends every killable wait at once), a second at a
+	 * time, and at most ES_RD_FLUSH_WAIT of them. A flush always comes
+	 * (an ERROR QP completes every WR it pulled); should it not, the
+	 * sink stays registered (and pinned) until the socket is closed, and
+	 * the socket makes no more Reads.
 	 */
 	for (;;) {
 		long t;
@@ -1650,6 +1662,15 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 		es_process(es);
 		if (!es->rd_busy)
 			break;
+		if (!reset && (es->rd_shut || es->wr_shut)) {
+			es_fail(es, ECONNRESET);
+			reset = 1;
+			continue;
+		}
+		if (reset > ES_RD_FLUSH_WAIT) {
+			es->rd_stuck = true;
+			return -EIO;
+		}
 		gen = es->gen;
 		mutex_unlock(&es->lock);
 #define ES_RD_COND (READ_ONCE(es->gen) != gen || \
@@ -1661,11 +1682,13 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 							ES_RD_COND, timeo);
 #undef ES_RD_COND
 		mutex_lock(&es->lock);
-		if (reset)
+		if (reset) {
+			reset += !t;
 			continue;
+		}
 		if (t <= 0) {
 			es_fail(es, t ? EINTR : ETIMEDOUT);
-			reset = true;
+			reset = 1;
 		} else {
 			timeo = t;
 		}

@@ -35,6 +35,7 @@
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/kiwarp.h>
@@ -165,6 +166,7 @@ static int rs_switch(int fd, int mode)
 int rconnect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	time_t deadline = 0;	/* 30 s, whatever signals come */
 	int e = 0;
 	socklen_t el = sizeof(e);
 
@@ -178,8 +180,14 @@ int rconnect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	 * wait too), then let the MPA exchange run in the background.
 	 */
 	for (;;) {
-		int n = poll(&p, 1, 30000);
+		struct timespec now;
+		int n, left;
 
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (!deadline)
+			deadline = now.tv_sec + 30;
+		left = (int)(deadline - now.tv_sec) * 1000;
+		n = poll(&p, 1, left > 0 ? left : 0);
 		if (n == 1)
 			break;
 		if (n == 0)
@@ -212,7 +220,8 @@ int raccept(int fd, struct sockaddr *addr, socklen_t *addrlen)
 	iomap_set(nfd, iomap_get(fd));	/* rsockets: inherited */
 	if (rs_switch(nfd, IWARP_MODE_PASSIVE) && errno != EINPROGRESS)
 		goto fail;
-	if (nb && fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) & ~O_NONBLOCK))
+	if (nb && ((fl = fcntl(nfd, F_GETFL)) < 0 ||
+		   fcntl(nfd, F_SETFL, fl & ~O_NONBLOCK)))
 		goto fail;
 	return nfd;
 fail:

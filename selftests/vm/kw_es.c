@@ -1527,6 +1527,9 @@ TEST(ioread_of_a_mapping)
 	/* the stream still works both ways */
 	EXPECT_EQ(sync_pair(c, s), 0);
 	EXPECT_EQ(sync_pair(s, c), 0);
+	/* not once this side is done sending */
+	ASSERT_EQ(shutdown(c, SHUT_WR), 0);
+	EXPECT_EQ(rioread_(c, dst, 100, 1 << 20), -EPIPE);
 	close(c);
 	close(s);
 

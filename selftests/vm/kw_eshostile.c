@@ -822,7 +822,8 @@ static void *ior_thread(void *arg)
  * written by hand): one RDMA Read Request for the entry's STag at its
  * address plus the distance into it, with the caller's memory as the
  * sink; a Response fills exactly that memory. A peer that never answers
- * costs SO_RCVTIMEO and the connection, and one that answers with the
+ * costs SO_RCVTIMEO and the connection (or a shutdown() by another
+ * thread ends the wait), and one that answers with the
  * wrong bytes count gets a Terminate; the caller's memory around the
  * sink is never touched.
  */
@@ -837,7 +838,7 @@ TEST(ioread_on_the_wire)
 	int round, err, bad;
 
 	ASSERT_TRUE(dst != MAP_FAILED);
-	for (round = 0; round < 3; round++) {
+	for (round = 0; round < 4; round++) {
 		struct ior x = { .r = { .len = 3000, .offset = 5100 } };
 		struct kw_rx rx;
 		struct hp h;
@@ -846,6 +847,7 @@ TEST(ioread_on_the_wire)
 		memset(dst, 0xee, 8192);
 		x.r.addr = (uintptr_t)dst + 100;
 		ASSERT_EQ(hp_connect_io(&h, 0, 2, 0), 0);
+		tv.tv_sec = round == 3 ? 20 : 1;
 		ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
 		ASSERT_EQ(hp_iomap(&h, 0, &e), 0);
 		ASSERT_EQ(raw_all_taken(&h), 0);
@@ -869,6 +871,9 @@ TEST(ioread_on_the_wire)
 				.to = rr.sink_to };
 
 			ASSERT_EQ(rp_send(&h.p, &m, pl, 0), 0);
+		} else if (round == 3) {	/* silent; another thread */
+			usleep(200000);
+			shutdown(h.es, SHUT_RDWR);
 		} else if (round == 2) {	/* one byte short */
 			struct kw_tx_msg m = { .opcode = KW_OP_READ_RESP,
 				.len = 2999, .stag = rr.sink_stag,
@@ -889,11 +894,13 @@ TEST(ioread_on_the_wire)
 				EXPECT_EQ(x.ret, -ETIMEDOUT);
 				EXPECT_LT(x.secs, 3);
 			}
+			if (round == 3)
+				EXPECT_LT(x.secs, 3);
 			/* the stream is gone, for the reason the read gave */
 			es_drain(&h, 0, &err, &bad);
 			if (round == 1)
 				EXPECT_EQ(err, ETIMEDOUT);
-			else
+			else if (round == 2)
 				EXPECT_STREAM_ERROR(err);
 		}
 		EXPECT_EQ(dst[99], 0xee);
