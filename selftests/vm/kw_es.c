@@ -74,19 +74,12 @@ static int switch_both(int c, int s, int cmode, int smode, int *rc, int *rs)
 	return r ? r : a.ret;
 }
 
+static int io_pair(int *c, int *s, int csize, int ssize);
+
 /* A connected pair with the ULP on both, switched (client ACTIVE). */
 static int es_pair(int *c, int *s)
 {
-	int r = tcp_pair(c, s);
-
-	if (!r)
-		r = ulp(*c);
-	if (!r)
-		r = ulp(*s);
-	if (!r)
-		r = switch_both(*c, *s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
-				NULL, NULL);
-	return r;
+	return io_pair(c, s, 0, 0);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -1096,9 +1089,9 @@ static int io_pair(int *c, int *s, int csize, int ssize)
 		r = ulp(*c);
 	if (!r)
 		r = ulp(*s);
-	if (!r)
+	if (!r && csize)
 		r = set_iomap_size(*c, csize);
-	if (!r)
+	if (!r && ssize)
 		r = set_iomap_size(*s, ssize);
 	if (!r)
 		r = switch_both(*c, *s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
