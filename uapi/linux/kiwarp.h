@@ -547,10 +547,11 @@ struct kiwarp_cqe {
  * IWARP_IOMAP_SIZE  int, before IWARP_MODE, on a connection (EINVAL on a
  *                   listener): how many regions, 0 (the default) .. 128,
  *                   the peer may map for this side's riowrite()s.
- * IWARP_IOMAP       set, struct iwarp_iomap, on a running stream: pin
- *                   [addr, addr + len) and let the peer RDMA-Write it at
- *                   offsets [offset, offset + len) (prot PROT_WRITE), or
- *                   RDMA-Read it (PROT_READ, a kiwarp extension), or both. The
+ * IWARP_IOMAP       set, struct iwarp_iomap, on a running stream (one
+ *                   still switching is waited for): pin [addr, addr + len)
+ *                   and let the peer RDMA-Write it at offsets [offset,
+ *                   offset + len) (prot PROT_WRITE), or RDMA-Read it
+ *                   (PROT_READ, a kiwarp extension), or both. The
  *                   peer learns of it by an entry of its iomap table and
  *                   a message, sent at once when a credit allows, else by
  *                   the next call on the socket. ENOMEM when the peer's
@@ -570,8 +571,10 @@ struct kiwarp_cqe {
  * IWARP_IOREAD      get, struct iwarp_ioread (in: addr, len, offset; out:
  *                   done): RDMA-Read up to len bytes of the peer's mapping
  *                   at offset straight into [addr, addr + len), waiting
- *                   for them (SO_RCVTIMEO bounds the wait; then the
- *                   connection is reset). done: the bytes read, fewer at
+ *                   for them, non-blocking sockets too (SO_RCVTIMEO, a
+ *                   fatal signal or another thread's shutdown() ends the
+ *                   wait and resets the connection). EPIPE once either
+ *                   side is closing. done: the bytes read, fewer at
  *                   the end of the mapping or past 4 MiB. The peer's
  *                   mapping must allow reads (kiwarp peers only: rsockets
  *                   maps for writes, and a Read there is a Terminate).
