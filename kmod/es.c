@@ -577,10 +577,13 @@ static void es_unlock(struct kw_es *es, u32 gen)
 }
 
 /*
- * Sleep until something changes (es->gen moved or a CQE is waiting), the
- * timeout runs out or a signal comes. Returns the time left or an error.
+ * Sleep until something changes (es->gen moved or a CQE is waiting) or
+ * the timeout runs out (-EAGAIN), in task state `state`: interruptible
+ * (a signal ends it), killable (a fatal one does: -EINTR) or
+ * uninterruptible. Returns the time left or an error.
  */
-static long es_wait(struct kw_es *es, u32 gen, long timeo)
+static long es_wait_state(struct kw_es *es, u32 gen, long timeo,
+			  unsigned int state)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct sock *sk = es->sk;
@@ -588,20 +591,29 @@ static long es_wait(struct kw_es *es, u32 gen, long timeo)
 	add_wait_queue(sk_sleep(sk), &wait);
 	while (READ_ONCE(es->gen) == gen &&
 	       smp_load_acquire(es->cq->prod) == READ_ONCE(*es->cq->cons)) {
-		if (signal_pending(current)) {
+		if (state == TASK_INTERRUPTIBLE && signal_pending(current)) {
 			timeo = sock_intr_errno(timeo);
+			break;
+		}
+		if (state == TASK_KILLABLE && fatal_signal_pending(current)) {
+			timeo = -EINTR;
 			break;
 		}
 		if (!timeo) {
 			timeo = -EAGAIN;
 			break;
 		}
-		timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, timeo);
+		timeo = wait_woken(&wait, state, timeo);
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
 	if (timeo > 0 || timeo == MAX_SCHEDULE_TIMEOUT)
 		return timeo;
 	return timeo ? timeo : -EAGAIN;
+}
+
+static long es_wait(struct kw_es *es, u32 gen, long timeo)
+{
+	return es_wait_state(es, gen, timeo, TASK_INTERRUPTIBLE);
 }
 
 /*
@@ -1673,25 +1685,22 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 		}
 		gen = es->gen;
 		mutex_unlock(&es->lock);
-#define ES_RD_COND (READ_ONCE(es->gen) != gen || \
-		    smp_load_acquire(es->cq->prod) != READ_ONCE(*es->cq->cons))
-		if (reset)
-			t = wait_event_timeout(*sk_sleep(es->sk), ES_RD_COND, HZ);
-		else
-			t = wait_event_killable_timeout(*sk_sleep(es->sk),
-							ES_RD_COND, timeo);
-#undef ES_RD_COND
+		t = reset ? es_wait_state(es, gen, HZ, TASK_UNINTERRUPTIBLE) :
+			    es_wait_state(es, gen, timeo, TASK_KILLABLE);
 		mutex_lock(&es->lock);
 		if (reset) {
-			reset += !t;
+			reset += t == -EAGAIN;
 			continue;
 		}
-		if (t <= 0) {
-			es_fail(es, t ? EINTR : ETIMEDOUT);
-			reset = 1;
-		} else {
+		if (t >= 0) {
 			timeo = t;
+			continue;
 		}
+		es_process(es);
+		if (!es->rd_busy)
+			break;	/* it completed as the wait ended */
+		es_fail(es, t == -EAGAIN ? ETIMEDOUT : EINTR);
+		reset = 1;
 	}
 	h.handle = mr.handle;
 	ret = kw_mr_dereg(es->ctx, &h);
