@@ -208,6 +208,38 @@ waitlisten() {
 
 group() { printf '%s' "$1" | grep -Eq "$ONLY"; }
 
+# A server in the background, then its client once the server listens on
+# $port; each under timeout SECS, its output in its log. Sets srv_rc and
+# cli_rc.  pair_run SECS SERVER_LOG CLIENT_LOG SERVER... -- CLIENT...
+pair_run() {
+	local secs=$1 slog=$2 clog=$3 spid
+	local -a srv=()
+
+	shift 3
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	timeout "$secs" "${srv[@]}" > "$slog" 2>&1 &
+	spid=$!
+	waitlisten $port
+	timeout "$secs" "$@" > "$clog" 2>&1
+	cli_rc=$?
+	wait $spid
+	srv_rc=$?
+}
+
+# rstream/riostream on both ends: each exited 0 and printed its result.
+# judge_pair LABEL KIWARP_RC KIWARP_LOG OTHER_RC OTHER_LOG KIWARP_NAME OTHER_NAME
+judge_pair() {
+	if [ "$2" = 0 ] && [ "$4" = 0 ] && grep -q '^custom' "$3" &&
+	   grep -q '^custom' "$5"; then
+		ok "$1"
+	else
+		nok "$1: $6 side $2, other $4"
+		sed "s/^/#   $6: /" "$3" | tail -n 5
+		sed "s/^/#   $7: /" "$5" | tail -n 5
+	fi
+}
+
 # ------------------------------------------------------------------ main
 echo "TAP version 13"
 if ! setup; then
@@ -409,11 +441,10 @@ if group es; then
 			case $role in
 			client)
 				for try in 1 2; do
-					timeout 90 rstream -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
-					rpid=$!
-					waitlisten $port
-					timeout 90 "$KR" --iwarp rstream -T s -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
-					krc=$?; wait $rpid; rrc=$?
+					pair_run 90 $log.r $log.k \
+						rstream -b $ADDR -p $port "${args[@]}" -- \
+						"$KR" --iwarp rstream -T s -s $ADDR -p $port "${args[@]}"
+					krc=$cli_rc; rrc=$srv_rc
 					# the same unexplained reset as the es-peer client
 					# cells above (7.2: 2 of 3 CI rehearsals, this cell,
 					# non-blocking): retried once, and said so
@@ -423,30 +454,21 @@ if group es; then
 					port=$((port + 1))
 				done ;;
 			server)
-				timeout 120 "$KR" --iwarp-ports $port rstream -T s -b $ADDR -p $port "${args[@]}" > $log.k 2>&1 &
-				kpid=$!
-				waitlisten $port
-				timeout 120 rstream -s $ADDR -p $port "${args[@]}" > $log.r 2>&1
-				rrc=$?; wait $kpid; krc=$? ;;
+				pair_run 120 $log.k $log.r \
+					"$KR" --iwarp-ports $port rstream -T s -b $ADDR -p $port "${args[@]}" -- \
+					rstream -s $ADDR -p $port "${args[@]}"
+				krc=$srv_rc; rrc=$cli_rc ;;
 			passthrough)
-				timeout 120 "$KR" rstream -T s -b 127.0.0.1 -p $port "${args[@]}" > $log.r 2>&1 &
-				rpid=$!
-				waitlisten $port
-				timeout 120 "$KR" rstream -T s -s 127.0.0.1 -p $port "${args[@]}" > $log.k 2>&1
-				krc=$?; wait $rpid; rrc=$? ;;
+				pair_run 120 $log.r $log.k \
+					"$KR" rstream -T s -b 127.0.0.1 -p $port "${args[@]}" -- \
+					"$KR" rstream -T s -s 127.0.0.1 -p $port "${args[@]}"
+				krc=$cli_rc; rrc=$srv_rc ;;
 			esac
 			case $role in
 			passthrough) lbl="es/kiwarp-run (passthrough)/rstream -T s vs rstream -T s" ;;
 			*) lbl="es/kiwarp-run --iwarp/kw-$role/rstream -T s ${mode/nb/non-blocking} vs rstream" ;;
 			esac
-			if [ $krc = 0 ] && [ $rrc = 0 ] && grep -q '^custom' $log.k &&
-			   grep -q '^custom' $log.r; then
-				ok "$lbl"
-			else
-				nok "$lbl: kiwarp-run side $krc, other $rrc"
-				sed 's/^/#   kiwarp-run: /' $log.k | tail -n 5
-				sed 's/^/#   rstream: /' $log.r | tail -n 5
-			fi
+			judge_pair "$lbl" $krc $log.k $rrc $log.r kiwarp-run rstream
 		done
 
 		# rsockets' own API on kiwarp (kiwarp-run --rsocket): riostream's
@@ -471,30 +493,21 @@ if group es; then
 				other=("$prog"); [ $role = kw ] && other=("$KR" --rsocket "$prog")
 				case $role in
 				client)
-					timeout 120 "${other[@]}" -b $ADDR -p $port "${args[@]}" > $log.r 2>&1 &
-					rpid=$!
-					waitlisten $port
-					timeout 120 "$KR" --rsocket $prog -s $ADDR -p $port "${args[@]}" > $log.k 2>&1
-					krc=$?; wait $rpid; rrc=$? ;;
+					pair_run 120 $log.r $log.k \
+						"${other[@]}" -b $ADDR -p $port "${args[@]}" -- \
+						"$KR" --rsocket $prog -s $ADDR -p $port "${args[@]}"
+					krc=$cli_rc; rrc=$srv_rc ;;
 				*)
-					timeout 120 "$KR" --rsocket $prog -b $ADDR -p $port "${args[@]}" > $log.k 2>&1 &
-					kpid=$!
-					waitlisten $port
-					timeout 120 "${other[@]}" -s $ADDR -p $port "${args[@]}" > $log.r 2>&1
-					rrc=$?; wait $kpid; krc=$? ;;
+					pair_run 120 $log.k $log.r \
+						"$KR" --rsocket $prog -b $ADDR -p $port "${args[@]}" -- \
+						"${other[@]}" -s $ADDR -p $port "${args[@]}"
+					krc=$srv_rc; rrc=$cli_rc ;;
 				esac
 				case $role in
 				kw) lbl="es/rsocket/kw-kw/$prog ${args[*]}" ;;
 				*) lbl="es/rsocket/kw-$role/$prog ${args[*]} vs $prog on siw" ;;
 				esac
-				if [ $krc = 0 ] && [ $rrc = 0 ] && grep -q '^custom' $log.k &&
-				   grep -q '^custom' $log.r; then
-					ok "$lbl"
-				else
-					nok "$lbl: kiwarp side $krc, other $rrc"
-					sed 's/^/#   kiwarp: /' $log.k | tail -n 5
-					sed 's/^/#   other: /' $log.r | tail -n 5
-				fi
+				judge_pair "$lbl" $krc $log.k $rrc $log.r kiwarp other
 			done
 		done
 

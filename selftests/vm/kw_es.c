@@ -1407,6 +1407,23 @@ TEST(iomap_pins_and_memlock)
 	close(s);
 }
 
+/* The stream ended by a protocol error: fd turns readable, and a read
+ * fails with a reset (or EPROTO), not EOF. */
+static void expect_reset(int *kwt_fail, int fd, const char *who)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char b[16];
+	ssize_t r;
+	int e;
+
+	EXPECT_EQ(poll(&p, 1, 5000), 1);
+	r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+	e = errno;
+	note("%s: recv %zd, errno %d", who, r, e);
+	EXPECT_EQ(r, -1);
+	EXPECT_TRUE(e == ECONNRESET || e == EPROTO);
+}
+
 /*
  * A peer that writes into a mapping after riounmap() (rsockets does not
  * tell it): the write meets an invalid STag, the connection ends with a
@@ -1415,8 +1432,6 @@ TEST(iomap_pins_and_memlock)
 TEST(iomap_write_after_unmap_ends_the_stream)
 {
 	uint8_t *m = map_anon(65536), b[4096];
-	struct pollfd p;
-	ssize_t r;
 	int c, s;
 
 	ASSERT_TRUE(m != NULL);
@@ -1432,18 +1447,8 @@ TEST(iomap_write_after_unmap_ends_the_stream)
 	memset(m, 0, 65536);
 	/* c still has the entry: its write goes out, and is refused */
 	EXPECT_EQ(riowrite_(c, b, sizeof(b), 0, 0), (ssize_t)sizeof(b));
-	p = (struct pollfd){ .fd = s, .events = POLLIN };
-	EXPECT_EQ(poll(&p, 1, 5000), 1);
-	r = recv(s, b, sizeof(b), MSG_DONTWAIT);
-	note("the unmapping side: recv %zd, errno %d", r, errno);
-	EXPECT_EQ(r, -1);
-	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
-	p = (struct pollfd){ .fd = c, .events = POLLIN };
-	EXPECT_EQ(poll(&p, 1, 5000), 1);
-	r = recv(c, b, sizeof(b), MSG_DONTWAIT);
-	note("the writer: recv %zd, errno %d", r, errno);
-	EXPECT_EQ(r, -1);
-	EXPECT_TRUE(errno == ECONNRESET || errno == EPROTO);
+	expect_reset(kwt_fail, s, "the unmapping side");
+	expect_reset(kwt_fail, c, "the writer");
 	EXPECT_EQ(m[0], 0);	/* nothing landed after the unmap */
 	/* the stream is gone: no new mapping, but an unmap still works */
 	EXPECT_EQ(riomap_(c, m + 40960, 4096, 4096), -ECONNRESET);
