@@ -50,6 +50,7 @@
 #include <linux/ioctl.h>
 #include <linux/mman.h>
 #include <linux/overflow.h>
+#include <linux/errqueue.h>
 #include <asm/ioctls.h>
 #include <net/inet_common.h>
 #include <net/inet_connection_sock.h>
@@ -88,6 +89,8 @@ enum kw_es_state {
 #define ES_WR_DATA		(1ULL << 56)
 #define ES_WR_CTRL		(2ULL << 56)
 #define ES_WR_READ		(3ULL << 56)	/* IWARP_IOREAD's, | rd_seq */
+#define ES_WR_ZC		(4ULL << 56)	/* a zero-copy send's DATA */
+#define ES_ZC_CALLS		ES_SQ_ENTRIES	/* see es_zc_close() */
 #define ES_RD_FLUSH_WAIT	30	/* s, for a reset Read's flush */
 #define ES_WR_LEN(id)		((u32)(id))
 
@@ -140,6 +143,26 @@ struct kw_es {
 	u8 rd_status;		/* that CQE's KIWARP_WC_* */
 	u32 rd_seq;		/* the Read's, in its wr_id */
 
+	/*
+	 * Zero-copy sends (IWARP_MREG, MSG_ZEROCOPY). A call's bytes go as
+	 * RDMA Writes from the registered pages, each followed by a DATA
+	 * message with wr_id ES_WR_ZC; send WRs complete in order, so the
+	 * call is done once zc_done reached zc_posted as it was when the
+	 * call ended (its entry in zc_q). zc_open: calls that posted and
+	 * have not ended; they and zc_q stay within ES_ZC_CALLS.
+	 */
+	struct es_mreg *mregs;	/* IWARP_MREG_MAX, from the first */
+	u32 mreg_count;
+	u32 zc_posted, zc_done;	/* ES_WR_ZC WRs (free-running) */
+	u32 zc_open;
+	u32 zc_head, zc_tail;	/* zc_q (free-running) */
+	struct es_zc {
+		u32 seq;	/* done when zc_done reaches it */
+		u32 id;		/* its notification's (sk_zckey) */
+	} zc_q[ES_ZC_CALLS];
+	u64 zc_bytes;
+	u32 zc_dropped;		/* notifications the error queue refused */
+
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
 	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed (counts) */
@@ -168,6 +191,14 @@ struct es_iomap {
 	u32 mr_handle;
 	u32 stag;
 	u64 addr, len, offset;
+};
+
+/* An IWARP_MREG: [addr, addr + len), registered in our context. */
+struct es_mreg {
+	bool used;
+	u32 mr_handle;
+	u32 stag;
+	u64 addr, len;
 };
 
 static struct tcp_ulp_ops es_ulp_ops;
@@ -248,7 +279,7 @@ static void es_wake(struct sock *sk)
 	/* not only interruptible sleepers: es_ioread() waits killable */
 	if (skwq_has_sleeper(wq))
 		wake_up_poll(&wq->wait, EPOLLIN | EPOLLRDNORM | EPOLLOUT |
-			     EPOLLWRNORM);
+			     EPOLLWRNORM | EPOLLERR);
 	rcu_read_unlock();
 }
 
@@ -362,9 +393,9 @@ static void es_post_msg(struct kw_es *es, u32 msg, u64 wr_id)
 	es_sq_commit(es);
 }
 
-/* An RDMA Write; signaled (and counted) when wr_id is not 0. */
-static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
-			  const struct kw_rs_sge *dst, u64 wr_id)
+/* An RDMA Write from lkey's MR; signaled (and counted) when wr_id is not 0. */
+static void es_post_write_key(struct kw_es *es, u32 lkey, u64 src_to,
+			      u32 len, const struct kw_rs_sge *dst, u64 wr_id)
 {
 	struct kiwarp_wqe *w = es_sq_next(es);
 
@@ -377,10 +408,17 @@ static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
 	w->num_sge = 1;
 	w->sge[0].addr = src_to;
 	w->sge[0].length = len;
-	w->sge[0].lkey = es->lkey;
+	w->sge[0].lkey = lkey;
 	w->remote_addr = dst->addr;
 	w->rkey = dst->key;
 	es_sq_commit(es);
+}
+
+/* ... from our own memory (sbuf, a slot) */
+static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
+			  const struct kw_rs_sge *dst, u64 wr_id)
+{
+	es_post_write_key(es, es->lkey, src_to, len, dst, wr_id);
 }
 
 static void es_post_recv(struct kw_es *es)
@@ -523,6 +561,101 @@ static void es_iomap_flush(struct kw_es *es)
 	}
 }
 
+/*
+ * MSG_ZEROCOPY's notification that call id is done, as Linux gives it:
+ * merged into the error queue's last one when that ends at id - 1 with the
+ * same code, else queued. Queued skbs are charged to the receive buffer;
+ * past it the notification is lost (zc_dropped): the application stopped
+ * reading its error queue.
+ */
+static void es_zc_notify(struct kw_es *es, u32 id, u8 code)
+{
+	struct sock *sk = es->sk;
+	struct sk_buff_head *q = &sk->sk_error_queue;
+	struct sock_exterr_skb *serr;
+	struct sk_buff *skb;
+	unsigned long flags;
+	bool merged = false;
+
+	lockdep_assert_held(&es->lock);
+	spin_lock_irqsave(&q->lock, flags);
+	skb = skb_peek_tail(q);
+	if (skb) {
+		serr = SKB_EXT_ERR(skb);
+		if (serr->ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY &&
+		    serr->ee.ee_code == code && serr->ee.ee_data + 1 == id &&
+		    serr->ee.ee_data - serr->ee.ee_info < U32_MAX - 1) {
+			serr->ee.ee_data = id;
+			merged = true;
+		}
+	}
+	spin_unlock_irqrestore(&q->lock, flags);
+	if (merged) {
+		sk_error_report(sk);
+		return;
+	}
+	skb = alloc_skb(0, GFP_KERNEL);
+	if (!skb) {
+		es->zc_dropped++;
+		return;
+	}
+	serr = SKB_EXT_ERR(skb);
+	memset(serr, 0, sizeof(*serr));
+	serr->ee.ee_origin = SO_EE_ORIGIN_ZEROCOPY;
+	serr->ee.ee_code = code;
+	serr->ee.ee_info = id;
+	serr->ee.ee_data = id;
+	if (sock_queue_err_skb(sk, skb)) {
+		kfree_skb(skb);
+		es->zc_dropped++;
+	}
+}
+
+/* Notify the zero-copy calls whose WRs all completed. */
+static void es_zc_reap(struct kw_es *es)
+{
+	lockdep_assert_held(&es->lock);
+	while (es->zc_head != es->zc_tail) {
+		struct es_zc *c = &es->zc_q[es->zc_head % ES_ZC_CALLS];
+
+		if ((s32)(es->zc_done - c->seq) < 0)
+			break;
+		es_zc_notify(es, c->id, 0);
+		es->zc_head++;
+	}
+}
+
+/* Room for one more zero-copy call to post. */
+static bool es_zc_room(struct kw_es *es)
+{
+	return es->zc_tail - es->zc_head + es->zc_open < ES_ZC_CALLS;
+}
+
+/*
+ * The end of a MSG_ZEROCOPY call that sent bytes: it takes the next id
+ * (Linux's sk_zckey). Copied bytes are notified at once; a zero-copy call
+ * once every WR posted so far completed, which covers its own (others'
+ * calls may have posted in between: theirs are waited for too, which is
+ * late, never early). es_zc_room() bounds zc_q: a call that finds it
+ * full waits, as for room in the send queue.
+ */
+static void es_zc_close(struct kw_es *es, bool zc)
+{
+	u32 id = (u32)atomic_inc_return(&es->sk->sk_zckey) - 1;
+
+	lockdep_assert_held(&es->lock);
+	if (!zc) {
+		es_zc_notify(es, id, SO_EE_CODE_ZEROCOPY_COPIED);
+		return;
+	}
+	es->zc_open--;
+	es->zc_q[es->zc_tail % ES_ZC_CALLS] = (struct es_zc){
+		.seq = es->zc_posted, .id = id,
+	};
+	es->zc_tail++;
+	es_zc_reap(es);
+}
+
 static void es_send_ctrl(struct kw_es *es);
 
 /* Take every completion there is; true if any. es->lock held. */
@@ -538,6 +671,9 @@ static bool es_process(struct kw_es *es)
 		any = true;
 		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))
 			es->sq_cqes--;	/* ours all carry a kind */
+		/* flushed too: the pages are no longer in use */
+		if (cqe.opcode != KIWARP_WR_RECV && cqe.wr_id == ES_WR_ZC)
+			es->zc_done++;
 		if (cqe.opcode != KIWARP_WR_RECV &&
 		    (cqe.wr_id & ~0xffffffffULL) == ES_WR_READ &&
 		    (u32)cqe.wr_id == es->rd_seq) {
@@ -556,6 +692,8 @@ static bool es_process(struct kw_es *es)
 			es->sb_tail += ES_WR_LEN(cqe.wr_id);
 		}
 	}
+	if (any)
+		es_zc_reap(es);
 	if (!es->err) {
 		es_credit(es);
 		es_iomap_flush(es);
@@ -734,10 +872,42 @@ static int es_cmsg_iowrite(struct msghdr *msg, u64 *pos)
 }
 
 /*
+ * The IWARP_MREG registration that holds all of msg's bytes, which must be
+ * one range of user memory; NULL if none does.
+ */
+static struct es_mreg *es_zc_mreg(struct kw_es *es, const struct iov_iter *it,
+				  u64 *addr)
+{
+	u64 a, end;
+	u32 i;
+
+	lockdep_assert_held(&es->lock);
+	if (iter_is_ubuf(it))
+		a = (unsigned long)it->ubuf + it->iov_offset;
+	else if (iter_is_iovec(it) && it->nr_segs == 1)
+		a = (unsigned long)iter_iov(it)->iov_base + it->iov_offset;
+	else
+		return NULL;
+	if (!es->mregs || check_add_overflow(a, (u64)it->count, &end))
+		return NULL;
+	for (i = 0; i < IWARP_MREG_MAX; i++) {
+		struct es_mreg *r = &es->mregs[i];
+
+		if (r->used && a >= r->addr && end <= r->addr + r->len) {
+			*addr = a;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/*
  * write() and friends: into the stream (an RDMA Write into the buffer the
  * peer advertised, then a DATA message); with IWARP_IOWRITE, one-sided
  * into the peer's mappings (a signaled RDMA Write alone, which frees its
- * sbuf bytes when it completes).
+ * sbuf bytes when it completes). MSG_ZEROCOPY (with SO_ZEROCOPY) of bytes
+ * in an IWARP_MREG registration: the Writes go from its pages, no copy
+ * into sbuf (es_zc_close()).
  */
 static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
@@ -745,6 +915,9 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	struct kw_es *es = es_of(sk);
 	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
 	long timeo = sock_sndtimeo(sk, nonblock);
+	bool zc_req = (msg->msg_flags & MSG_ZEROCOPY) &&
+		      sock_flag(sk, SOCK_ZEROCOPY);
+	bool zc_open = false;	/* posted from a registration */
 	size_t copied = 0;
 	u64 iow_pos = 0, end;
 	int ret = 0, iow;
@@ -758,11 +931,20 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	if (iow && check_add_overflow(iow_pos, (u64)len, &end))
 		return -EINVAL;
 	for (;;) {
+		struct es_mreg *zc = NULL;
+		u64 zc_addr = 0;
+
 		ret = es_lock(es, nonblock);
 		if (ret)
 			break;
 		gen0 = es->gen;
 		es_process(es);
+		/*
+		 * Found anew after each wait: an IWARP_MDEREG meanwhile (it
+		 * succeeds once our WRs completed) makes the rest a copy.
+		 */
+		if (zc_req && !iow)
+			zc = es_zc_mreg(es, &msg->msg_iter, &zc_addr);
 		while (copied < len) {
 			struct kw_rs_sge dst;
 			u32 room, off, n;
@@ -787,6 +969,32 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				}
 			} else {
 				room = es_tx_room(es, &dst);
+			}
+			if (zc) {
+				n = min_t(size_t, room, len - copied);
+				if (!n || (!zc_open && !es_zc_room(es)))
+					break;
+				if (!zc_open) {
+					es->zc_open++;
+					zc_open = true;
+				}
+				es_post_write_key(es, zc->stag,
+						  zc_addr, n, &dst, 0);
+				es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
+					    ES_WR_ZC);
+				es->zc_posted++;
+				iov_iter_advance(&msg->msg_iter, n);
+				zc_addr += n;
+				es->tx_bytes += n;
+				es->zc_bytes += n;
+				atomic64_add(n, &es_stat_tx_bytes);
+				copied += n;
+				if (es_doorbell(es)) {
+					es_fail(es, ECONNRESET);
+					ret = -ECONNRESET;
+					break;
+				}
+				continue;
 			}
 			off = es->sb_off;
 			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
@@ -818,6 +1026,10 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				break;
 			}
 		}
+		if (copied && zc_req && (ret || copied == len)) {
+			es_zc_close(es, zc_open);
+			zc_req = false;
+		}
 		gen = es->gen;
 		es_unlock(es, gen0);
 		if (ret || copied == len)
@@ -827,6 +1039,13 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			ret = timeo;
 			break;
 		}
+	}
+	if (copied && zc_req) {
+		/* the wait ended it: a signal, the timeout */
+		mutex_lock(&es->lock);
+		gen0 = es->gen;
+		es_zc_close(es, zc_open);
+		es_unlock(es, gen0);
 	}
 	if (copied)
 		return copied;
@@ -881,8 +1100,11 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 
 	if (flags & MSG_OOB)
 		return -EOPNOTSUPP;
-	if (flags & MSG_ERRQUEUE)
-		return -EAGAIN;		/* nothing is queued there */
+	if (flags & MSG_ERRQUEUE) {
+		int addr_len = 0;	/* MSG_ZEROCOPY's notifications */
+
+		return inet_recv_error(sk, msg, len, &addr_len);
+	}
 	if (!len)
 		return 0;
 	target = min(target, len);
@@ -977,6 +1199,8 @@ static __poll_t es_poll(struct file *file, struct socket *sock,
 		break;
 	}
 	es_unlock(es, gen0);
+	if (!skb_queue_empty_lockless(&sk->sk_error_queue))
+		mask |= EPOLLERR;
 	return mask;
 }
 
@@ -1067,6 +1291,9 @@ static void es_teardown(struct kw_es *es)
 	es->maps_pending = 0;
 	kfree(es->peer_maps);	/* es_notify() is gone (above) */
 	es->peer_maps = NULL;
+	kfree(es->mregs);
+	es->mregs = NULL;
+	es->mreg_count = 0;
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
@@ -1389,6 +1616,9 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->ioread_bytes = es->ior_bytes;
 	info->iomap_size = es->iomap_size;
 	info->peer_iomap_size = es->rs.remote_iomap_count;
+	info->zc_bytes = es->zc_bytes;
+	info->mreg_count = es->mreg_count;
+	info->zc_dropped = es->zc_dropped;
 	return 0;
 }
 
@@ -1513,6 +1743,106 @@ static int es_iomap_opt(struct kw_es *es, int optname, sockptr_t optval,
 	return ret;
 }
 
+/*
+ * IWARP_MREG: pin and register [addr, addr + len) for zero-copy sends
+ * (local access only: the peer never learns its STag). Pins under
+ * es->lock, as es_riomap().
+ */
+static int es_mreg(struct kw_es *es, const struct iwarp_mreg *r)
+{
+	struct kiwarp_reg_mr mr = {
+		.pd = es->pd_handle,
+		.addr = r->addr,
+		.length = r->len,
+	};
+	struct es_mreg *m;
+	u64 end;
+	u32 i;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (r->flags || r->reserved || !r->len ||
+	    check_add_overflow(r->addr, r->len, &end))
+		return -EINVAL;
+	if (!es->mregs) {
+		es->mregs = kcalloc(IWARP_MREG_MAX, sizeof(*es->mregs),
+				    GFP_KERNEL_ACCOUNT);
+		if (!es->mregs)
+			return -ENOMEM;
+	}
+	for (i = 0; i < IWARP_MREG_MAX && es->mregs[i].used; i++)
+		;
+	if (i == IWARP_MREG_MAX)
+		return -ENOSPC;
+	ret = kw_mr_reg(es->ctx, &mr);
+	if (ret)
+		return ret;
+	m = &es->mregs[i];
+	m->used = true;
+	m->mr_handle = mr.handle;
+	m->stag = mr.stag;
+	m->addr = r->addr;
+	m->len = r->len;
+	es->mreg_count++;
+	return 0;
+}
+
+/* IWARP_MDEREG: the registration of exactly [addr, addr + len). */
+static int es_mdereg(struct kw_es *es, const struct iwarp_mreg *r)
+{
+	struct kiwarp_handle h = {};
+	u32 i;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (r->flags || r->reserved)
+		return -EINVAL;
+	for (i = 0; es->mregs && i < IWARP_MREG_MAX; i++) {
+		struct es_mreg *m = &es->mregs[i];
+
+		if (!m->used || m->addr != r->addr || m->len != r->len)
+			continue;
+		h.handle = m->mr_handle;
+		ret = kw_mr_dereg(es->ctx, &h);	/* EBUSY: a send's WR */
+		if (ret)
+			return ret;
+		memset(m, 0, sizeof(*m));
+		es->mreg_count--;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* IWARP_MREG, IWARP_MDEREG: on a running stream, as IWARP_IOMAP. */
+static int es_mreg_opt(struct kw_es *es, int optname, sockptr_t optval,
+		       unsigned int optlen)
+{
+	struct iwarp_mreg r;
+	int ret;
+	u32 gen0;
+
+	if (optlen < sizeof(r))
+		return -EINVAL;
+	if (copy_from_sockptr(&r, optval, sizeof(r)))
+		return -EFAULT;
+	ret = es_lock(es, false);
+	if (ret)
+		return ret;
+	gen0 = es->gen;
+	es_process(es);
+	/* a deregistration is local: it works on a stream that failed */
+	if (es->state != ES_RUN)
+		ret = es->err ? -es->err : -ENOTCONN;
+	else if (optname == IWARP_MDEREG)
+		ret = es_mdereg(es, &r);
+	else if (es->err)
+		ret = -es->err;
+	else
+		ret = es_mreg(es, &r);
+	es_unlock(es, gen0);
+	return ret;
+}
+
 static int es_setsockopt(struct socket *sock, int level, int optname,
 			 sockptr_t optval, unsigned int optlen)
 {
@@ -1528,6 +1858,8 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return -ENOPROTOOPT;	/* no ULP (or a clone without memory) */
 	if (optname == IWARP_IOMAP || optname == IWARP_IOUNMAP)
 		return es_iomap_opt(es, optname, optval, optlen);
+	if (optname == IWARP_MREG || optname == IWARP_MDEREG)
+		return es_mreg_opt(es, optname, optval, optlen);
 	if (optname != IWARP_MODE && optname != IWARP_CRC &&
 	    optname != IWARP_IOMAP_SIZE)
 		return -ENOPROTOOPT;

@@ -17,6 +17,15 @@
 #include <linux/mm.h>
 #include <linux/net.h>
 #include <linux/socket.h>
+#include <linux/uio.h>
+
+/* 6.4: iov_iter's iovec array is __iov, read with iter_iov(). */
+#ifndef KW_HAVE_ITER_IOV
+static inline const struct iovec *iter_iov(const struct iov_iter *iter)
+{
+	return iter->iov;
+}
+#endif
 
 /* 6.3: vma->vm_flags is read-only; vm_flags_set()/vm_flags_clear(). */
 #ifndef KW_HAVE_VM_FLAGS_SET

@@ -586,6 +586,39 @@ struct kiwarp_cqe {
 #define IWARP_IOREAD		8
 #define IWARP_IOMAP_MAX		128
 #define IWARP_IOREAD_MAX	(4 << 20)
+/*
+ * Zero-copy sends from registered memory (Documentation/extended-sockets.md,
+ * "Zero-copy sends"), with Linux's MSG_ZEROCOPY interface:
+ *
+ * IWARP_MREG        set, struct iwarp_mreg, on a running stream (one still
+ *                   switching is waited for): pin [addr, addr + len) and
+ *                   register it as a source of this stream's sends;
+ *                   pinned memory counts against RLIMIT_MEMLOCK. At most
+ *                   IWARP_MREG_MAX per socket (ENOSPC past it).
+ * IWARP_MDEREG      set, struct iwarp_mreg (addr and len of a registration):
+ *                   unpin it; EBUSY while a send from it is in flight
+ *                   (until its notification).
+ *
+ * With SO_ZEROCOPY on, send(MSG_ZEROCOPY) of bytes that lie inside one
+ * registration (one iovec) goes to the peer by RDMA Write straight from
+ * those pages: the buffer must not change until the call's notification
+ * arrives. Notifications are Linux's: on the socket's error queue
+ * (recvmsg(MSG_ERRQUEUE), poll's POLLERR), a struct sock_extended_err
+ * with ee_origin SO_EE_ORIGIN_ZEROCOPY and the range [ee_info, ee_data]
+ * of the calls done, counted from 0 per socket, one per call that sent
+ * bytes. Bytes that are not registered, or a one-sided write, are copied
+ * instead and notified at once with ee_code SO_EE_CODE_ZEROCOPY_COPIED.
+ */
+#define IWARP_MREG		9
+#define IWARP_MDEREG		10
+#define IWARP_MREG_MAX		64
+
+struct iwarp_mreg {
+	__aligned_u64 addr;
+	__aligned_u64 len;
+	__u32 flags;		/* 0 */
+	__u32 reserved;		/* 0 */
+};
 
 struct iwarp_iomap {
 	__aligned_u64 addr;	/* the caller's memory */
@@ -626,6 +659,9 @@ struct iwarp_info {
 	__aligned_u64 ioread_bytes;	/* read by IWARP_IOREAD */
 	__u32 iomap_size;	/* IWARP_IOMAP_SIZE: entries we offer */
 	__u32 peer_iomap_size;	/* entries the peer offers (IWARP_IOMAP) */
+	__aligned_u64 zc_bytes;	/* sent from IWARP_MREG memory (MSG_ZEROCOPY) */
+	__u32 mreg_count;	/* IWARP_MREG registrations */
+	__u32 zc_dropped;	/* notifications lost: error queue over SO_RCVBUF */
 };
 
 /* ---------------------------------------------------------------------- */
