@@ -1100,11 +1100,8 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 
 	if (flags & MSG_OOB)
 		return -EOPNOTSUPP;
-	if (flags & MSG_ERRQUEUE) {
-		int addr_len = 0;	/* MSG_ZEROCOPY's notifications */
-
-		return inet_recv_error(sk, msg, len, &addr_len);
-	}
+	if (flags & MSG_ERRQUEUE)	/* MSG_ZEROCOPY's notifications */
+		return kw_inet_recv_error(sk, msg, len);
 	if (!len)
 		return 0;
 	target = min(target, len);

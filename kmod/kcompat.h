@@ -19,6 +19,16 @@
 #include <linux/socket.h>
 #include <linux/uio.h>
 
+/* After 6.12 (7.2 has it): inet_recv_error() lost its addr_len. */
+#ifdef KW_HAVE_RECV_ERROR_NO_ADDRLEN
+#define kw_inet_recv_error(sk, msg, len) inet_recv_error(sk, msg, len)
+#else
+#define kw_inet_recv_error(sk, msg, len) ({				\
+	int __addr_len = 0;						\
+	inet_recv_error(sk, msg, len, &__addr_len);			\
+})
+#endif
+
 /* 6.4: iov_iter's iovec array is __iov, read with iter_iov(). */
 #ifndef KW_HAVE_ITER_IOV
 static inline const struct iovec *iter_iov(const struct iov_iter *iter)
