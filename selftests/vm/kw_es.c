@@ -1947,3 +1947,258 @@ TEST(zerocopy_two_senders_and_churn)
 	close(c);
 	close(s);
 }
+
+/* ------------------------------------------------------ the ES-API */
+
+#include <kiwarp/exs.h>
+
+static int dequeue_all(exs_qhandle_t q, exs_event_t *ev, int want, int ms)
+{
+	struct timespec t = { .tv_sec = ms / 1000,
+			      .tv_nsec = (ms % 1000) * 1000000L };
+	int got = 0;
+
+	while (got < want) {
+		int n = exs_qdequeue(q, ev + got, want - got, &t);
+
+		if (n < 0)
+			return -errno;
+		if (!n)
+			break;
+		got += n;
+	}
+	return got;
+}
+
+static const exs_event_t *find_ctx(const exs_event_t *ev, int n, void *ctx)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (ev[i].exs_evt_context == ctx)
+			return &ev[i];
+	return NULL;
+}
+
+/*
+ * exs_send()/exs_recv() on an IWARP_MODE stream: events with the posted
+ * contexts and byte counts, the queue's fd readable when they are there,
+ * sends from exs_mregister()ed memory zero-copy (the socket's zc_bytes),
+ * MSG_WAITALL filling the buffer, a plain receive taking what is there.
+ */
+TEST(exs_api_on_an_iwarp_stream)
+{
+	const size_t n = 1 << 20, part = 256 << 10;
+	uint8_t *buf = map_anon(n), *dst = malloc(n), small[100];
+	exs_event_t ev[8];
+	const exs_event_t *e;
+	struct iwarp_info ic;
+	struct pollfd p;
+	exs_qhandle_t q;
+	exs_mhandle_t mh;
+	long base;
+	int c, s, k;
+
+	ASSERT_TRUE(buf && dst);
+	fill(buf, n, 5);
+	memset(dst, 0, n);
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	q = exs_qcreate(8);
+	ASSERT_GE(q, 0);
+	ASSERT_GE(exs_qfd(q), 0);
+	mh = exs_mregister(buf, n, 0);
+	ASSERT_GE(mh, 0);
+	base = vm_pinned_kb();
+
+	/* nothing posted: nothing to dequeue, at once */
+	{
+		struct timespec zero = { 0, 0 };
+
+		EXPECT_EQ(exs_qdequeue(q, ev, 8, &zero), 0);
+	}
+	ASSERT_EQ(exs_recv(s, dst, n, MSG_WAITALL, EXS_MHANDLE_INVALID, q,
+			   (void *)100), 0);
+	for (k = 0; k < 4; k++)
+		ASSERT_EQ(exs_send(c, buf + k * part, part, 0, mh, q,
+				   (void *)(uintptr_t)(k + 1)), 0);
+	/* IWARP_MREG'd at the first send: its pages are pinned once more */
+	EXPECT_EQ(vm_pinned_kb(), base + 1024);
+	p = (struct pollfd){ .fd = exs_qfd(q), .events = POLLIN };
+	EXPECT_EQ(poll(&p, 1, 10000), 1);
+	ASSERT_EQ(dequeue_all(q, ev, 5, 20000), 5);
+	for (k = 0; k < 4; k++) {
+		e = find_ctx(ev, 5, (void *)(uintptr_t)(k + 1));
+		ASSERT_TRUE(e != NULL);
+		EXPECT_EQ(e->exs_evt_type, EXS_EVT_SEND);
+		EXPECT_EQ(e->exs_evt_errno, 0);
+		EXPECT_EQ(e->exs_evt_fd, c);
+		EXPECT_EQ(e->exs_evt_nbytes, part);
+		EXPECT_TRUE(e->exs_evt_buf == buf + k * part);
+	}
+	e = find_ctx(ev, 5, (void *)100);
+	ASSERT_TRUE(e != NULL);
+	EXPECT_EQ(e->exs_evt_type, EXS_EVT_RECV);
+	EXPECT_EQ(e->exs_evt_errno, 0);
+	EXPECT_EQ(e->exs_evt_nbytes, n);
+	EXPECT_MEMEQ(dst, buf, n);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.zc_bytes, n);	/* straight from the pages */
+	EXPECT_EQ(ic.mreg_count, 1);
+
+	/* a receive without MSG_WAITALL ends with what there is */
+	ASSERT_EQ(exs_recv(s, dst, n, 0, EXS_MHANDLE_INVALID, q, (void *)7), 0);
+	ASSERT_EQ(writen(c, "hello", 5), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	EXPECT_EQ(ev[0].exs_evt_nbytes, 5);
+	EXPECT_MEMEQ(dst, "hello", 5);
+	/* a send of unregistered memory is copied, in order with the rest */
+	fill(small, sizeof(small), 6);
+	ASSERT_EQ(exs_send(c, small, sizeof(small), 0, EXS_MHANDLE_INVALID,
+			   q, (void *)8), 0);
+	ASSERT_EQ(exs_send(c, buf, 1000, 0, mh, q, (void *)9), 0);
+	ASSERT_EQ(exs_recv(s, dst, 1100, MSG_WAITALL, EXS_MHANDLE_INVALID, q,
+			   (void *)10), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 3, 10000), 3);
+	EXPECT_MEMEQ(dst, small, sizeof(small));
+	EXPECT_MEMEQ(dst + 100, buf, 1000);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.zc_bytes, n + 1000);
+
+	/* done with it: the socket's registration goes with it */
+	EXPECT_EQ(exs_mderegister(mh), 0);
+	EXPECT_EQ(vm_pinned_kb(), base);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.mreg_count, 0);
+	EXPECT_EQ(exs_qdelete(q), 0);
+	close(c);
+	close(s);
+}
+
+/* The same calls on plain TCP sockets (no ULP): copies, same events;
+ * the end of the stream and a reset end pending operations. */
+TEST(exs_api_on_plain_tcp_and_the_end_of_streams)
+{
+	uint8_t out[3000], in[3000];
+	exs_event_t ev[4];
+	exs_qhandle_t q;
+	exs_mhandle_t mh;
+	int c, s;
+
+	fill(out, sizeof(out), 3);
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	q = exs_qcreate(4);
+	ASSERT_GE(q, 0);
+	mh = exs_mregister(out, sizeof(out), 0);
+	ASSERT_GE(mh, 0);
+	ASSERT_EQ(exs_recv(s, in, sizeof(in), MSG_WAITALL, EXS_MHANDLE_INVALID,
+			   q, (void *)1), 0);
+	ASSERT_EQ(exs_send(c, out, sizeof(out), 0, mh, q, (void *)2), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 2, 10000), 2);
+	EXPECT_MEMEQ(in, out, sizeof(out));
+	EXPECT_EQ(find_ctx(ev, 2, (void *)1)->exs_evt_nbytes, sizeof(out));
+
+	/* the peer closes: a pending receive ends with 0 bytes */
+	ASSERT_EQ(exs_recv(s, in, sizeof(in), 0, EXS_MHANDLE_INVALID, q,
+			   (void *)3), 0);
+	close(c);
+	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	EXPECT_EQ(ev[0].exs_evt_nbytes, 0);
+	EXPECT_EQ(ev[0].exs_evt_errno, 0);
+	close(s);
+
+	/* a reset stream: the send that finds it ends with the error */
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	{
+		struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+		ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof(l)), 0);
+		close(s);
+	}
+	usleep(200000);
+	ASSERT_EQ(exs_send(c, out, sizeof(out), 0, mh, q, (void *)4), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	EXPECT_TRUE(ev[0].exs_evt_errno == EPIPE ||
+		    ev[0].exs_evt_errno == ECONNRESET);
+	EXPECT_EQ(exs_mderegister(mh), 0);
+	EXPECT_EQ(exs_qdelete(q), 0);
+	close(c);
+}
+
+/* Every misuse is a clear errno, and a full queue says EAGAIN. */
+TEST(exs_api_bad_arguments)
+{
+	uint8_t b[64];
+	struct timespec bad = { 0, 1000000000L }, zero = { 0, 0 };
+	exs_event_t ev[2];
+	exs_qhandle_t q, q2;
+	exs_mhandle_t mh;
+	int c, s, pfd[2];
+
+	EXPECT_EQ(exs_init(2), -1);
+	EXPECT_EQ(errno, EINVAL);
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	EXPECT_EQ(exs_qcreate(0), -1);
+	EXPECT_EQ(exs_qcreate(EXS_QDEPTH_MAX + 1), -1);
+	EXPECT_EQ(exs_mregister(NULL, 10, 0), -1);
+	EXPECT_EQ(exs_mregister(b, 0, 0), -1);
+	EXPECT_EQ(exs_mregister(b, 10, 1), -1);
+	EXPECT_EQ(exs_mregister((void *)~0UL, 10, 0), -1);
+	EXPECT_EQ(exs_mderegister(-1), -1);
+	EXPECT_EQ(exs_mderegister(4096), -1);
+	EXPECT_EQ(exs_qdelete(-1), -1);
+	EXPECT_EQ(exs_qfd(1023), -1);
+	q = exs_qcreate(2);
+	q2 = exs_qcreate(2);
+	ASSERT_GE(q, 0);
+	ASSERT_GE(q2, 0);
+	mh = exs_mregister(b, 32, 0);
+	ASSERT_GE(mh, 0);
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(pipe(pfd), 0);
+
+	EXPECT_EQ(exs_send(c, b, 0, 0, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_send(c, b, 8, MSG_OOB, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_recv(c, b, 8, MSG_PEEK, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_send(c, b, 8, 0, EXS_MHANDLE_INVALID, 999, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_send(c, b, 8, 0, 77, q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	/* not inside the registration (b + 32 .. b + 40) */
+	EXPECT_EQ(exs_send(c, b + 30, 8, 0, mh, q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_send(pfd[1], b, 8, 0, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, ENOTSOCK);
+	EXPECT_EQ(exs_send(9999, b, 8, 0, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, EBADF);
+	EXPECT_EQ(exs_qdequeue(q, ev, 0, &zero), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_qdequeue(q, ev, 2, &bad), -1);
+	EXPECT_EQ(errno, EINVAL);
+
+	/* depth 2: two pending receives fill it */
+	ASSERT_EQ(exs_recv(s, b, 8, 0, mh, q, (void *)1), 0);
+	ASSERT_EQ(exs_recv(s, b + 8, 8, 0, EXS_MHANDLE_INVALID, q, (void *)2), 0);
+	EXPECT_EQ(exs_recv(s, b, 8, 0, EXS_MHANDLE_INVALID, q, NULL), -1);
+	EXPECT_EQ(errno, EAGAIN);
+	/* s's operations are on q: not on another queue meanwhile */
+	EXPECT_EQ(exs_recv(s, b, 8, 0, EXS_MHANDLE_INVALID, q2, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);
+	/* mh is in use by a pending receive */
+	EXPECT_EQ(exs_mderegister(mh), -1);
+	EXPECT_EQ(errno, EBUSY);
+	EXPECT_EQ(exs_qdequeue(q, ev, 2, &zero), 0);
+	/* the queue goes with them; then mh is free */
+	EXPECT_EQ(exs_qdelete(q), 0);
+	EXPECT_EQ(exs_mderegister(mh), 0);
+	EXPECT_EQ(exs_recv(s, b, 8, 0, EXS_MHANDLE_INVALID, q2, NULL), 0);
+	EXPECT_EQ(exs_qdelete(q2), 0);
+	close(c);
+	close(s);
+	close(pfd[0]);
+	close(pfd[1]);
+}

@@ -1,0 +1,810 @@
+// SPDX-License-Identifier: (GPL-2.0 OR MIT)
+/*
+ * The Extended Sockets API (<kiwarp/exs.h>, exs(3)) over Linux sockets.
+ *
+ * Model. An operation (exs_send(), exs_recv()) is queued on its socket's
+ * state (struct exs_fd) in posting order, sends and receives apart, and
+ * progresses with non-blocking send()/recv() calls: at once when it is
+ * posted, then whenever exs_qdequeue() finds the socket ready in its
+ * queue's epoll set. A socket with operations pending belongs to one
+ * queue (the one they were posted on) and sits in that queue's epoll set
+ * with the events it waits for; a socket with none is not in it. An
+ * operation that ends becomes an event in its queue's ring; an eventfd in
+ * the epoll set makes exs_qfd() readable while the ring holds events.
+ *
+ * Zero-copy sends. On a socket in IWARP_MODE, a send from memory
+ * registered with exs_mregister() registers that memory with the socket
+ * (IWARP_MREG, once per socket and registration) and goes with
+ * MSG_ZEROCOPY: the kernel transmits from the pages and tells which of
+ * the socket's MSG_ZEROCOPY calls are done on its error queue, ids
+ * counted from 0 per socket (exs_fd.zc_next: the library must be the only
+ * one on the socket that sends with MSG_ZEROCOPY). The operation ends when
+ * all its bytes went and all its calls are notified.
+ *
+ * Locking: one mutex (exs_lock) over all of it; exs_qdequeue() sleeps in
+ * epoll_wait() without it. Handles are indexes into the tables below.
+ * Not fork-safe: a child shares its parent's epoll sets.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <linux/errqueue.h>
+#include <linux/kiwarp.h>
+
+#include "kiwarp/exs.h"
+
+#define EXS_API __attribute__((visibility("default")))
+
+#define EXS_MAX_QUEUES	1024
+#define EXS_MAX_MREGS	4096
+#define EXS_FD_MREGS	IWARP_MREG_MAX	/* per socket, the kernel's limit */
+
+#ifndef SO_EE_ORIGIN_ZEROCOPY
+#define SO_EE_ORIGIN_ZEROCOPY	5
+#endif
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY		60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY		0x4000000
+#endif
+
+struct exs_op {
+	struct exs_op *next;
+	int type;		/* EXS_EVT_* */
+	int flags;		/* exs_recv(): MSG_WAITALL */
+	uint8_t *buf;
+	size_t len, done;
+	exs_mhandle_t mh;	/* or EXS_MHANDLE_INVALID */
+	void *context;
+	int err;		/* ended early: errno */
+	bool ended;		/* no more bytes will move */
+	bool zc;		/* sent with MSG_ZEROCOPY */
+	uint32_t id_first;	/* its calls' ids: id_first .. + ids - 1 */
+	uint32_t ids, ids_done;
+};
+
+struct exs_queue {
+	int epfd, evfd;
+	int depth;
+	int outstanding;	/* posted, not dequeued */
+	exs_event_t *ring;	/* depth events */
+	unsigned int head, tail;	/* ring (free-running) */
+	bool ev_armed;		/* evfd written, not yet read back */
+};
+
+struct exs_mreg {
+	bool used;
+	const uint8_t *addr;
+	size_t len;
+	unsigned int busy;	/* operations posted from it, not ended */
+};
+
+struct exs_fd {
+	dev_t dev;		/* the socket it was: fd numbers are reused */
+	ino_t ino;
+	exs_qhandle_t q;	/* of its pending operations */
+	struct exs_op *sq, *rq;	/* pending, in posting order */
+	uint32_t epoll_events;	/* in q's epoll set with these */
+	bool in_epoll;
+	bool iwarp;		/* seen in IWARP_MODE (it stays so) */
+	bool zc_on;		/* SO_ZEROCOPY set */
+	bool eof;		/* recv() said 0 */
+	uint32_t zc_next;	/* id of its next MSG_ZEROCOPY call */
+	exs_mhandle_t regs[EXS_FD_MREGS];	/* IWARP_MREG done for these */
+	unsigned int nregs;
+};
+
+static pthread_mutex_t exs_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool exs_ready;
+static struct exs_queue *exs_queues[EXS_MAX_QUEUES];
+static struct exs_mreg *exs_mregs;	/* EXS_MAX_MREGS, from the first */
+static struct exs_fd **exs_fds;		/* by fd number */
+static int exs_nfds;
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+int EXS_API exs_init(int version)
+{
+	if (version != EXS_VERSION)
+		return fail(EINVAL);
+	pthread_mutex_lock(&exs_lock);
+	exs_ready = true;
+	pthread_mutex_unlock(&exs_lock);
+	return 0;
+}
+
+static struct exs_queue *queue_of(exs_qhandle_t q)
+{
+	if (q < 0 || q >= EXS_MAX_QUEUES)
+		return NULL;
+	return exs_queues[q];
+}
+
+exs_qhandle_t EXS_API exs_qcreate(int depth)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = -1 };
+	struct exs_queue *qu;
+	int i, err;
+
+	if (depth < 1 || depth > EXS_QDEPTH_MAX)
+		return fail(EINVAL);
+	qu = calloc(1, sizeof(*qu));
+	if (!qu)
+		return fail(ENOMEM);
+	qu->depth = depth;
+	qu->ring = calloc(depth, sizeof(*qu->ring));
+	qu->epfd = epoll_create1(EPOLL_CLOEXEC);
+	qu->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	err = errno;
+	if (!qu->ring || qu->epfd < 0 || qu->evfd < 0)
+		goto err_free;
+	if (epoll_ctl(qu->epfd, EPOLL_CTL_ADD, qu->evfd, &ev)) {
+		err = errno;
+		goto err_free;
+	}
+	pthread_mutex_lock(&exs_lock);
+	if (!exs_ready) {
+		pthread_mutex_unlock(&exs_lock);
+		err = EINVAL;	/* exs_init() first */
+		goto err_free;
+	}
+	for (i = 0; i < EXS_MAX_QUEUES && exs_queues[i]; i++)
+		;
+	if (i < EXS_MAX_QUEUES)
+		exs_queues[i] = qu;
+	pthread_mutex_unlock(&exs_lock);
+	if (i == EXS_MAX_QUEUES) {
+		err = EMFILE;
+		goto err_free;
+	}
+	return i;
+
+err_free:
+	if (!qu->ring)
+		err = ENOMEM;
+	if (qu->evfd >= 0)
+		close(qu->evfd);
+	if (qu->epfd >= 0)
+		close(qu->epfd);
+	free(qu->ring);
+	free(qu);
+	return fail(err);
+}
+
+int EXS_API exs_qfd(exs_qhandle_t q)
+{
+	struct exs_queue *qu;
+	int fd;
+
+	pthread_mutex_lock(&exs_lock);
+	qu = queue_of(q);
+	fd = qu ? qu->epfd : -1;
+	pthread_mutex_unlock(&exs_lock);
+	return qu ? fd : fail(EINVAL);
+}
+
+/* ------------------------------------------------------------ sockets */
+
+static void op_complete(int fd, struct exs_fd *st, struct exs_op *op);
+
+/* fd is still the socket st describes */
+static bool fd_same(int fd, const struct exs_fd *st)
+{
+	struct stat sb;
+
+	return !fstat(fd, &sb) && sb.st_dev == st->dev && sb.st_ino == st->ino;
+}
+
+/* The socket closed under its operations: they end, EBADF. */
+static void fd_gone(int fd, struct exs_fd *st)
+{
+	struct exs_op *op;
+
+	while ((op = st->sq) || (op = st->rq)) {
+		if (op == st->sq)
+			st->sq = op->next;
+		else
+			st->rq = op->next;
+		op->err = op->err ?: EBADF;
+		op_complete(fd, st, op);
+	}
+	st->in_epoll = false;	/* (closing it took it out of epoll) */
+}
+
+/* The state of socket fd, created or (fd now another socket) reset. */
+static struct exs_fd *fd_state(int fd, int *err)
+{
+	struct exs_fd *st;
+	struct stat sb;
+
+	if (fd < 0 || fstat(fd, &sb)) {
+		*err = EBADF;
+		return NULL;
+	}
+	if (!S_ISSOCK(sb.st_mode)) {
+		*err = ENOTSOCK;
+		return NULL;
+	}
+	if (fd >= exs_nfds) {
+		int n = fd < 64 ? 64 : fd * 2;
+		struct exs_fd **t;
+
+		if (n <= fd || n > INT_MAX / 2) {
+			*err = EBADF;
+			return NULL;
+		}
+		t = realloc(exs_fds, n * sizeof(*t));
+		if (!t) {
+			*err = ENOMEM;
+			return NULL;
+		}
+		memset(t + exs_nfds, 0, (n - exs_nfds) * sizeof(*t));
+		exs_fds = t;
+		exs_nfds = n;
+	}
+	st = exs_fds[fd];
+	if (st && (st->dev != sb.st_dev || st->ino != sb.st_ino)) {
+		/* a new socket on an old number: the old one is gone */
+		fd_gone(fd, st);
+		memset(st, 0, sizeof(*st));
+	} else if (!st) {
+		st = calloc(1, sizeof(*st));
+		if (!st) {
+			*err = ENOMEM;
+			return NULL;
+		}
+		exs_fds[fd] = st;
+	}
+	st->dev = sb.st_dev;
+	st->ino = sb.st_ino;
+	if (!st->sq && !st->rq)
+		st->q = EXS_QHANDLE_INVALID;
+	return st;
+}
+
+/* Register mh with the socket for zero-copy sends; false: send copies. */
+static bool fd_zc_ready(int fd, struct exs_fd *st, exs_mhandle_t mh)
+{
+	struct iwarp_mreg r = { 0 };
+	int one = 1, mode = 0;
+	socklen_t len = sizeof(mode);
+	unsigned int i;
+
+	if (!st->iwarp) {
+		if (getsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, &len) ||
+		    !mode)
+			return false;
+		st->iwarp = true;
+	}
+	if (!st->zc_on) {
+		if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
+			return false;
+		st->zc_on = true;
+	}
+	for (i = 0; i < st->nregs; i++)
+		if (st->regs[i] == mh)
+			return true;
+	if (st->nregs == EXS_FD_MREGS)
+		return false;
+	r.addr = (uintptr_t)exs_mregs[mh].addr;
+	r.len = exs_mregs[mh].len;
+	if (setsockopt(fd, SOL_IWARP, IWARP_MREG, &r, sizeof(r)))
+		return false;	/* e.g. RLIMIT_MEMLOCK: copy */
+	st->regs[st->nregs++] = mh;
+	return true;
+}
+
+/* ------------------------------------------------------------- events */
+
+static void queue_signal(struct exs_queue *qu)
+{
+	uint64_t one = 1;
+
+	if (!qu->ev_armed && qu->head != qu->tail &&
+	    write(qu->evfd, &one, sizeof(one)) == sizeof(one))
+		qu->ev_armed = true;
+}
+
+/* op ended: its event, in its queue's ring (room was kept at posting) */
+static void op_complete(int fd, struct exs_fd *st, struct exs_op *op)
+{
+	struct exs_queue *qu = exs_queues[st->q];
+	exs_event_t *e = &qu->ring[qu->tail++ % qu->depth];
+
+	e->exs_evt_type = op->type;
+	e->exs_evt_errno = op->err;
+	e->exs_evt_context = op->context;
+	e->exs_evt_fd = fd;
+	e->exs_evt_buf = op->buf;
+	e->exs_evt_nbytes = op->done;
+	if (op->mh != EXS_MHANDLE_INVALID)
+		exs_mregs[op->mh].busy--;
+	free(op);
+	queue_signal(qu);
+}
+
+/* Overlap of a notification [lo, hi] with op's ids (ids are u32 and
+ * wrap: distances, not values, are compared). */
+static uint32_t zc_overlap(const struct exs_op *op, uint32_t lo, uint32_t hi)
+{
+	int64_t a = (int32_t)(lo - op->id_first);
+	int64_t b = a + (hi - lo);
+	int64_t from = a > 0 ? a : 0;
+	int64_t to = b < (int64_t)op->ids - 1 ? b : (int64_t)op->ids - 1;
+
+	return to >= from ? (uint32_t)(to - from + 1) : 0;
+}
+
+/* Take the socket's MSG_ZEROCOPY notifications. */
+static void fd_zc_notes(int fd, struct exs_fd *st)
+{
+	for (;;) {
+		char cbuf[CMSG_SPACE(sizeof(struct sock_extended_err) +
+				     sizeof(struct sockaddr_in6))];
+		struct msghdr m = { .msg_control = cbuf,
+				    .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+
+		if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			return;
+		for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+			struct sock_extended_err *e = (void *)CMSG_DATA(cm);
+			struct exs_op *op;
+
+			if (!((cm->cmsg_level == SOL_IP &&
+			       cm->cmsg_type == IP_RECVERR) ||
+			      (cm->cmsg_level == SOL_IPV6 &&
+			       cm->cmsg_type == IPV6_RECVERR)) ||
+			    e->ee_origin != SO_EE_ORIGIN_ZEROCOPY)
+				continue;
+			for (op = st->sq; op; op = op->next)
+				if (op->zc && op->ids)
+					op->ids_done += zc_overlap(op,
+						e->ee_info, e->ee_data);
+		}
+	}
+}
+
+/* Move sq's bytes until the socket would block. */
+static void fd_send(int fd, struct exs_fd *st, bool *blocked)
+{
+	struct exs_op *op;
+
+	for (op = st->sq; op; op = op->next) {
+		if (op->ended)
+			continue;
+		while (op->done < op->len) {
+			int fl = MSG_DONTWAIT | MSG_NOSIGNAL |
+				 (op->zc ? MSG_ZEROCOPY : 0);
+			ssize_t n = send(fd, op->buf + op->done,
+					 op->len - op->done, fl);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				*blocked = true;
+				return;
+			}
+			if (n < 0) {
+				op->err = errno;
+				break;
+			}
+			if (op->zc) {
+				if (!op->ids)
+					op->id_first = st->zc_next;
+				op->ids++;
+				st->zc_next++;
+			}
+			op->done += n;
+		}
+		op->ended = true;
+		if (op->err) {
+			/* the stream is broken: what follows fails too */
+			struct exs_op *o;
+
+			for (o = op->next; o; o = o->next) {
+				o->err = op->err;
+				o->ended = true;
+			}
+			return;
+		}
+	}
+}
+
+/* Fill rq's buffers from what the socket has. */
+static void fd_recv(int fd, struct exs_fd *st)
+{
+	struct exs_op *op;
+
+	while ((op = st->rq)) {
+		while (!st->eof && op->done < op->len) {
+			ssize_t n = recv(fd, op->buf + op->done,
+					 op->len - op->done, MSG_DONTWAIT);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0) {
+				op->err = errno;
+				break;
+			}
+			if (n == 0) {
+				st->eof = true;
+				break;
+			}
+			op->done += n;
+			if (!(op->flags & MSG_WAITALL))
+				break;
+		}
+		if (!op->err && !st->eof && !op->done)
+			return;
+		if (!op->err && !st->eof && (op->flags & MSG_WAITALL) &&
+		    op->done < op->len)
+			return;
+		st->rq = op->next;
+		op_complete(fd, st, op);
+	}
+}
+
+/*
+ * Progress socket fd: receives, sends, notifications; then the events
+ * ended operations make (in posting order per direction), and its place
+ * in the queue's epoll set.
+ */
+static void fd_progress(int fd, struct exs_fd *st)
+{
+	struct exs_queue *qu = exs_queues[st->q];
+	struct epoll_event ev = { .data.fd = fd };
+	bool blocked = false;
+	struct exs_op *op;
+
+	if (st->rq)
+		fd_recv(fd, st);
+	if (st->sq) {
+		fd_send(fd, st, &blocked);
+		fd_zc_notes(fd, st);
+	}
+	while ((op = st->sq) && op->ended &&
+	       (!op->zc || op->ids_done >= op->ids)) {
+		st->sq = op->next;
+		op_complete(fd, st, op);
+	}
+	/* a socket that is gone sends no notification: do not wait */
+	if (st->sq && st->sq->ended && !fd_same(fd, st))
+		fd_gone(fd, st);
+	/* (EPOLLERR, always reported, brings the notifications) */
+	ev.events = (st->rq ? EPOLLIN : 0) | (blocked ? EPOLLOUT : 0);
+	if (!st->sq && !st->rq) {
+		if (st->in_epoll)
+			epoll_ctl(qu->epfd, EPOLL_CTL_DEL, fd, NULL);
+		st->in_epoll = false;
+		st->q = EXS_QHANDLE_INVALID;
+		return;
+	}
+	if (st->in_epoll && st->epoll_events == ev.events)
+		return;
+	if (!epoll_ctl(qu->epfd, st->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
+		       fd, &ev)) {
+		st->in_epoll = true;
+		st->epoll_events = ev.events;
+	}
+}
+
+/* ----------------------------------------------------------- posting */
+
+static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
+		exs_mhandle_t mh, exs_qhandle_t q, void *context)
+{
+	struct exs_queue *qu;
+	struct exs_fd *st;
+	struct exs_op *op, **tail;
+	int err = 0;
+
+	if (!buf && nbytes)
+		return fail(EFAULT);
+	if (!nbytes || nbytes > SSIZE_MAX)
+		return fail(EINVAL);
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return fail(ENOMEM);
+	pthread_mutex_lock(&exs_lock);
+	qu = queue_of(q);
+	if (!qu) {
+		err = EINVAL;
+		goto out;
+	}
+	if (mh != EXS_MHANDLE_INVALID) {
+		struct exs_mreg *r;
+
+		if (mh < 0 || mh >= EXS_MAX_MREGS || !exs_mregs ||
+		    !exs_mregs[mh].used) {
+			err = EINVAL;
+			goto out;
+		}
+		r = &exs_mregs[mh];
+		if ((const uint8_t *)buf < r->addr ||
+		    nbytes > r->len ||
+		    (size_t)((const uint8_t *)buf - r->addr) > r->len - nbytes) {
+			err = EINVAL;	/* not inside the registration */
+			goto out;
+		}
+	}
+	st = fd_state(fd, &err);
+	if (!st)
+		goto out;
+	if (st->q != EXS_QHANDLE_INVALID && st->q != q) {
+		err = EINVAL;	/* its pending operations are on another */
+		goto out;
+	}
+	if (qu->outstanding >= qu->depth) {
+		err = EAGAIN;	/* every event must fit the ring */
+		goto out;
+	}
+	op->type = type;
+	op->flags = flags;
+	op->buf = (uint8_t *)buf;
+	op->len = nbytes;
+	op->mh = mh;
+	op->context = context;
+	if (type == EXS_EVT_SEND && mh != EXS_MHANDLE_INVALID)
+		op->zc = fd_zc_ready(fd, st, mh);
+	if (mh != EXS_MHANDLE_INVALID)
+		exs_mregs[mh].busy++;
+	st->q = q;
+	qu->outstanding++;
+	for (tail = type == EXS_EVT_SEND ? &st->sq : &st->rq; *tail;
+	     tail = &(*tail)->next)
+		;
+	*tail = op;
+	op = NULL;
+	fd_progress(fd, st);
+out:
+	pthread_mutex_unlock(&exs_lock);
+	free(op);
+	return err ? fail(err) : 0;
+}
+
+int EXS_API exs_send(int fd, const void *buf, size_t nbytes, int flags,
+		     exs_mhandle_t mh, exs_qhandle_t q, void *context)
+{
+	if (flags & ~MSG_NOSIGNAL)
+		return fail(EINVAL);	/* (SIGPIPE is never raised) */
+	return post(EXS_EVT_SEND, fd, buf, nbytes, 0, mh, q, context);
+}
+
+int EXS_API exs_recv(int fd, void *buf, size_t nbytes, int flags,
+		     exs_mhandle_t mh, exs_qhandle_t q, void *context)
+{
+	if (flags & ~MSG_WAITALL)
+		return fail(EINVAL);
+	return post(EXS_EVT_RECV, fd, buf, nbytes, flags, mh, q, context);
+}
+
+/* ---------------------------------------------------------- dequeuing */
+
+static int take_events(struct exs_queue *qu, exs_event_t *events, int n)
+{
+	int k = 0;
+
+	while (k < n && qu->head != qu->tail) {
+		events[k++] = qu->ring[qu->head++ % qu->depth];
+		qu->outstanding--;
+	}
+	if (qu->head == qu->tail && qu->ev_armed) {
+		uint64_t v;
+
+		if (read(qu->evfd, &v, sizeof(v)) == sizeof(v) ||
+		    errno == EAGAIN)
+			qu->ev_armed = false;
+	}
+	return k;
+}
+
+/* Progress every socket of the queue that epoll says is ready. */
+static void queue_progress(struct exs_queue *qu, exs_qhandle_t q)
+{
+	struct epoll_event evs[64];
+	int i, n;
+
+	n = epoll_wait(qu->epfd, evs, 64, 0);
+	for (i = 0; i < n; i++) {
+		int fd = evs[i].data.fd;
+
+		if (fd < 0 || fd >= exs_nfds || !exs_fds[fd] ||
+		    exs_fds[fd]->q != q)
+			continue;	/* the eventfd, or stale */
+		fd_progress(fd, exs_fds[fd]);
+	}
+}
+
+static long long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+int EXS_API exs_qdequeue(exs_qhandle_t q, exs_event_t *events, int nevents,
+			 const struct timespec *timeout)
+{
+	long long deadline = -1;
+	struct exs_queue *qu;
+	int n, epfd;
+
+	if (nevents < 1 || !events)
+		return fail(EINVAL);
+	if (timeout) {
+		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 ||
+		    timeout->tv_nsec >= 1000000000L ||
+		    timeout->tv_sec > INT_MAX / 1000)
+			return fail(EINVAL);
+		deadline = now_ms() + timeout->tv_sec * 1000LL +
+			   (timeout->tv_nsec + 999999) / 1000000;
+	}
+	for (;;) {
+		struct epoll_event ev;
+		long long left;
+		int r;
+
+		pthread_mutex_lock(&exs_lock);
+		qu = queue_of(q);
+		if (!qu) {
+			pthread_mutex_unlock(&exs_lock);
+			return fail(EINVAL);
+		}
+		n = take_events(qu, events, nevents);
+		if (!n) {
+			queue_progress(qu, q);
+			n = take_events(qu, events, nevents);
+		}
+		epfd = qu->epfd;
+		pthread_mutex_unlock(&exs_lock);
+		if (n)
+			return n;
+		left = deadline < 0 ? -1 : deadline - now_ms();
+		if (deadline >= 0 && left <= 0)
+			return 0;
+		/*
+		 * Sleep until a socket is ready or an event is queued (by
+		 * another thread's posting). Level-triggered: what it saw
+		 * is found again by queue_progress(). A queue deleted
+		 * meanwhile closed epfd: EBADF or EINVAL, then EINVAL.
+		 */
+		r = epoll_wait(epfd, &ev, 1, left < 0 ? -1 :
+			       left > INT_MAX ? INT_MAX : (int)left);
+		if (r < 0 && errno == EINTR)
+			return fail(EINTR);
+	}
+}
+
+int EXS_API exs_qdelete(exs_qhandle_t q)
+{
+	struct exs_queue *qu;
+	int fd;
+
+	pthread_mutex_lock(&exs_lock);
+	qu = queue_of(q);
+	if (!qu) {
+		pthread_mutex_unlock(&exs_lock);
+		return fail(EINVAL);
+	}
+	/* operations still pending are abandoned */
+	for (fd = 0; fd < exs_nfds; fd++) {
+		struct exs_fd *st = exs_fds[fd];
+		struct exs_op *op;
+
+		if (!st || st->q != q)
+			continue;
+		while ((op = st->sq) || (op = st->rq)) {
+			if (op == st->sq)
+				st->sq = op->next;
+			else
+				st->rq = op->next;
+			if (op->mh != EXS_MHANDLE_INVALID)
+				exs_mregs[op->mh].busy--;
+			free(op);
+		}
+		st->in_epoll = false;
+		st->q = EXS_QHANDLE_INVALID;
+	}
+	exs_queues[q] = NULL;
+	pthread_mutex_unlock(&exs_lock);
+	close(qu->epfd);
+	close(qu->evfd);
+	free(qu->ring);
+	free(qu);
+	return 0;
+}
+
+/* ------------------------------------------------------------- memory */
+
+exs_mhandle_t EXS_API exs_mregister(const void *addr, size_t len, int flags)
+{
+	int i;
+
+	if (flags || !len || !addr ||
+	    (uintptr_t)addr + len < (uintptr_t)addr)
+		return fail(EINVAL);
+	pthread_mutex_lock(&exs_lock);
+	if (!exs_ready) {
+		pthread_mutex_unlock(&exs_lock);
+		return fail(EINVAL);
+	}
+	if (!exs_mregs)
+		exs_mregs = calloc(EXS_MAX_MREGS, sizeof(*exs_mregs));
+	for (i = 0; exs_mregs && i < EXS_MAX_MREGS && exs_mregs[i].used; i++)
+		;
+	if (!exs_mregs || i == EXS_MAX_MREGS) {
+		pthread_mutex_unlock(&exs_lock);
+		return fail(exs_mregs ? ENOSPC : ENOMEM);
+	}
+	exs_mregs[i] = (struct exs_mreg){
+		.used = true, .addr = addr, .len = len,
+	};
+	pthread_mutex_unlock(&exs_lock);
+	return i;
+}
+
+int EXS_API exs_mderegister(exs_mhandle_t mh)
+{
+	struct iwarp_mreg r = { 0 };
+	int fd, err = 0;
+
+	pthread_mutex_lock(&exs_lock);
+	if (mh < 0 || mh >= EXS_MAX_MREGS || !exs_mregs ||
+	    !exs_mregs[mh].used) {
+		err = EINVAL;
+		goto out;
+	}
+	if (exs_mregs[mh].busy) {
+		err = EBUSY;	/* operations from it have not ended */
+		goto out;
+	}
+	r.addr = (uintptr_t)exs_mregs[mh].addr;
+	r.len = exs_mregs[mh].len;
+	/* the sockets it was registered with (still the same sockets) */
+	for (fd = 0; fd < exs_nfds; fd++) {
+		struct exs_fd *st = exs_fds[fd];
+		struct stat sb;
+		unsigned int i;
+
+		if (!st)
+			continue;
+		for (i = 0; i < st->nregs && st->regs[i] != mh; i++)
+			;
+		if (i == st->nregs)
+			continue;
+		if (!fstat(fd, &sb) && sb.st_dev == st->dev &&
+		    sb.st_ino == st->ino &&
+		    setsockopt(fd, SOL_IWARP, IWARP_MDEREG, &r, sizeof(r)) &&
+		    errno == EBUSY) {
+			err = EBUSY;	/* the kernel still sends from it */
+			goto out;
+		}
+		st->regs[i] = st->regs[--st->nregs];
+	}
+	exs_mregs[mh].used = false;
+out:
+	pthread_mutex_unlock(&exs_lock);
+	return err ? fail(err) : 0;
+}
