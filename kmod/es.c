@@ -148,8 +148,11 @@ struct kw_es {
 	 * RDMA Writes from the registered pages, each followed by a DATA
 	 * message with wr_id ES_WR_ZC; send WRs complete in order, so the
 	 * call is done once zc_done reached zc_posted as it was when the
-	 * call ended (its entry in zc_q). zc_open: calls that posted and
-	 * have not ended; they and zc_q stay within ES_ZC_CALLS.
+	 * call ended (its entry in zc_q). Every MSG_ZEROCOPY call has one,
+	 * copied ones too, so that notifications keep the order of the
+	 * calls; an entry goes once its notification is on the error queue.
+	 * zc_open: calls under way that reserved an entry; they and zc_q
+	 * stay within ES_ZC_CALLS (ENOBUFS beyond, as Linux's optmem).
 	 */
 	struct es_mreg *mregs;	/* IWARP_MREG_MAX, from the first */
 	u32 mreg_count;
@@ -159,9 +162,9 @@ struct kw_es {
 	struct es_zc {
 		u32 seq;	/* done when zc_done reaches it */
 		u32 id;		/* its notification's (sk_zckey) */
+		u8 code;	/* 0, or SO_EE_CODE_ZEROCOPY_COPIED */
 	} zc_q[ES_ZC_CALLS];
 	u64 zc_bytes;
-	u32 zc_dropped;		/* notifications the error queue refused */
 
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
@@ -193,12 +196,18 @@ struct es_iomap {
 	u64 addr, len, offset;
 };
 
-/* An IWARP_MREG: [addr, addr + len), registered in our context. */
+/*
+ * An IWARP_MREG: [addr, addr + len) of mm, registered in our context. Only
+ * a send from that mm uses it (another holder of the fd, a child after
+ * fork() or exec(), has other memory at those addresses); mm is grabbed so
+ * that its address cannot come back as another process's.
+ */
 struct es_mreg {
 	bool used;
 	u32 mr_handle;
 	u32 stag;
 	u64 addr, len;
+	struct mm_struct *mm;
 };
 
 static struct tcp_ulp_ops es_ulp_ops;
@@ -564,11 +573,10 @@ static void es_iomap_flush(struct kw_es *es)
 /*
  * MSG_ZEROCOPY's notification that call id is done, as Linux gives it:
  * merged into the error queue's last one when that ends at id - 1 with the
- * same code, else queued. Queued skbs are charged to the receive buffer;
- * past it the notification is lost (zc_dropped): the application stopped
- * reading its error queue.
+ * same code, else queued, charged to the receive buffer. False if there is
+ * no room (or memory): the call stays in zc_q, es_zc_reap() tries again.
  */
-static void es_zc_notify(struct kw_es *es, u32 id, u8 code)
+static bool es_zc_notify(struct kw_es *es, u32 id, u8 code)
 {
 	struct sock *sk = es->sk;
 	struct sk_buff_head *q = &sk->sk_error_queue;
@@ -592,13 +600,11 @@ static void es_zc_notify(struct kw_es *es, u32 id, u8 code)
 	spin_unlock_irqrestore(&q->lock, flags);
 	if (merged) {
 		sk_error_report(sk);
-		return;
+		return true;
 	}
 	skb = alloc_skb(0, GFP_KERNEL);
-	if (!skb) {
-		es->zc_dropped++;
-		return;
-	}
+	if (!skb)
+		return false;
 	serr = SKB_EXT_ERR(skb);
 	memset(serr, 0, sizeof(*serr));
 	serr->ee.ee_origin = SO_EE_ORIGIN_ZEROCOPY;
@@ -607,50 +613,53 @@ static void es_zc_notify(struct kw_es *es, u32 id, u8 code)
 	serr->ee.ee_data = id;
 	if (sock_queue_err_skb(sk, skb)) {
 		kfree_skb(skb);
-		es->zc_dropped++;
+		return false;
 	}
+	return true;
 }
 
-/* Notify the zero-copy calls whose WRs all completed. */
+/* Notify, in order, the calls whose WRs all completed. */
 static void es_zc_reap(struct kw_es *es)
 {
 	lockdep_assert_held(&es->lock);
 	while (es->zc_head != es->zc_tail) {
 		struct es_zc *c = &es->zc_q[es->zc_head % ES_ZC_CALLS];
 
-		if ((s32)(es->zc_done - c->seq) < 0)
+		if ((s32)(es->zc_done - c->seq) < 0 ||
+		    !es_zc_notify(es, c->id, c->code))
 			break;
-		es_zc_notify(es, c->id, 0);
 		es->zc_head++;
 	}
 }
 
-/* Room for one more zero-copy call to post. */
-static bool es_zc_room(struct kw_es *es)
+/* Reserve zc_q's entry for a MSG_ZEROCOPY call; false: ENOBUFS. */
+static bool es_zc_reserve(struct kw_es *es)
 {
-	return es->zc_tail - es->zc_head + es->zc_open < ES_ZC_CALLS;
+	lockdep_assert_held(&es->lock);
+	if (es->zc_tail - es->zc_head + es->zc_open >= ES_ZC_CALLS)
+		return false;
+	es->zc_open++;
+	return true;
 }
 
 /*
- * The end of a MSG_ZEROCOPY call that sent bytes: it takes the next id
- * (Linux's sk_zckey). Copied bytes are notified at once; a zero-copy call
- * once every WR posted so far completed, which covers its own (others'
- * calls may have posted in between: theirs are waited for too, which is
- * late, never early). es_zc_room() bounds zc_q: a call that finds it
- * full waits, as for room in the send queue.
+ * The end of a MSG_ZEROCOPY call: if it sent bytes, it takes the next id
+ * (Linux's sk_zckey) and its entry. Its notification comes once every WR
+ * posted so far completed, which covers its own (others' calls may have
+ * posted in between: theirs are waited for too, which is late, never
+ * early): at once for a call whose bytes were all copied, unless an
+ * earlier call is still waited for.
  */
-static void es_zc_close(struct kw_es *es, bool zc)
+static void es_zc_close(struct kw_es *es, bool sent, bool zc)
 {
-	u32 id = (u32)atomic_inc_return(&es->sk->sk_zckey) - 1;
-
 	lockdep_assert_held(&es->lock);
-	if (!zc) {
-		es_zc_notify(es, id, SO_EE_CODE_ZEROCOPY_COPIED);
-		return;
-	}
 	es->zc_open--;
+	if (!sent)
+		return;
 	es->zc_q[es->zc_tail % ES_ZC_CALLS] = (struct es_zc){
-		.seq = es->zc_posted, .id = id,
+		.seq = es->zc_posted,
+		.id = (u32)atomic_inc_return(&es->sk->sk_zckey) - 1,
+		.code = zc ? 0 : SO_EE_CODE_ZEROCOPY_COPIED,
 	};
 	es->zc_tail++;
 	es_zc_reap(es);
@@ -692,8 +701,7 @@ static bool es_process(struct kw_es *es)
 			es->sb_tail += ES_WR_LEN(cqe.wr_id);
 		}
 	}
-	if (any)
-		es_zc_reap(es);
+	es_zc_reap(es);		/* also what found no room before */
 	if (!es->err) {
 		es_credit(es);
 		es_iomap_flush(es);
@@ -893,7 +901,8 @@ static struct es_mreg *es_zc_mreg(struct kw_es *es, const struct iov_iter *it,
 	for (i = 0; i < IWARP_MREG_MAX; i++) {
 		struct es_mreg *r = &es->mregs[i];
 
-		if (r->used && a >= r->addr && end <= r->addr + r->len) {
+		if (r->used && r->mm == current->mm &&
+		    a >= r->addr && end <= r->addr + r->len) {
 			*addr = a;
 			return r;
 		}
@@ -915,8 +924,14 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	struct kw_es *es = es_of(sk);
 	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
 	long timeo = sock_sndtimeo(sk, nonblock);
+	/*
+	 * MSG_ZEROCOPY as TCP takes it: with SO_ZEROCOPY, and not when the
+	 * caller brings its own ubuf_info (io_uring's send-zc, which counts
+	 * on the pages being free when we return: our copy makes them so).
+	 */
 	bool zc_req = (msg->msg_flags & MSG_ZEROCOPY) &&
-		      sock_flag(sk, SOCK_ZEROCOPY);
+		      sock_flag(sk, SOCK_ZEROCOPY) && !msg->msg_ubuf;
+	bool zc_rsv = false;	/* its zc_q entry is reserved */
 	bool zc_open = false;	/* posted from a registration */
 	size_t copied = 0;
 	u64 iow_pos = 0, end;
@@ -939,6 +954,15 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			break;
 		gen0 = es->gen;
 		es_process(es);
+		if (zc_req && !zc_rsv) {
+			zc_rsv = es_zc_reserve(es);
+			if (!zc_rsv) {
+				/* notifications unread: as Linux's optmem */
+				es_unlock(es, gen0);
+				ret = -ENOBUFS;
+				break;
+			}
+		}
 		/*
 		 * Found anew after each wait: an IWARP_MDEREG meanwhile (it
 		 * succeeds once our WRs completed) makes the rest a copy.
@@ -972,12 +996,9 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			}
 			if (zc) {
 				n = min_t(size_t, room, len - copied);
-				if (!n || (!zc_open && !es_zc_room(es)))
+				if (!n)
 					break;
-				if (!zc_open) {
-					es->zc_open++;
-					zc_open = true;
-				}
+				zc_open = true;
 				es_post_write_key(es, zc->stag,
 						  zc_addr, n, &dst, 0);
 				es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
@@ -1026,9 +1047,9 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				break;
 			}
 		}
-		if (copied && zc_req && (ret || copied == len)) {
-			es_zc_close(es, zc_open);
-			zc_req = false;
+		if (zc_rsv && (ret || copied == len)) {
+			es_zc_close(es, copied, zc_open);
+			zc_rsv = false;
 		}
 		gen = es->gen;
 		es_unlock(es, gen0);
@@ -1040,11 +1061,11 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			break;
 		}
 	}
-	if (copied && zc_req) {
+	if (zc_rsv) {
 		/* the wait ended it: a signal, the timeout */
 		mutex_lock(&es->lock);
 		gen0 = es->gen;
-		es_zc_close(es, zc_open);
+		es_zc_close(es, copied, zc_open);
 		es_unlock(es, gen0);
 	}
 	if (copied)
@@ -1259,9 +1280,14 @@ static int es_shutdown(struct socket *sock, int how)
 
 /* --------------------------------------------------------------- setup */
 
+static void es_mreg_forget(struct kw_es *es, struct es_mreg *m);
+static int es_reg_user(struct kw_es *es, struct kiwarp_reg_mr *mr);
+
 /* Tear the private context down (the QP gives the socket back). */
 static void es_teardown(struct kw_es *es)
 {
+	u32 i;
+
 	lockdep_assert_held(&es->lock);
 	if (es->cq) {
 		kw_cq_set_notify(es->cq, NULL, NULL);
@@ -1288,9 +1314,11 @@ static void es_teardown(struct kw_es *es)
 	es->maps_pending = 0;
 	kfree(es->peer_maps);	/* es_notify() is gone (above) */
 	es->peer_maps = NULL;
+	for (i = 0; es->mregs && i < IWARP_MREG_MAX; i++)
+		if (es->mregs[i].used)
+			es_mreg_forget(es, &es->mregs[i]);
 	kfree(es->mregs);
 	es->mregs = NULL;
-	es->mreg_count = 0;
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
@@ -1615,7 +1643,7 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->peer_iomap_size = es->rs.remote_iomap_count;
 	info->zc_bytes = es->zc_bytes;
 	info->mreg_count = es->mreg_count;
-	info->zc_dropped = es->zc_dropped;
+	info->zc_pending = es->zc_tail - es->zc_head;
 	return 0;
 }
 
@@ -1663,7 +1691,7 @@ static int es_riomap(struct kw_es *es, const struct iwarp_iomap *io)
 		;
 	if (i == es->rs.remote_iomap_count)
 		return -ENOMEM;	/* its table is full (rsockets) */
-	ret = kw_mr_reg(es->ctx, &mr);
+	ret = es_reg_user(es, &mr);
 	if (ret)
 		return ret;
 	m = &es->maps[i];
@@ -1741,47 +1769,99 @@ static int es_iomap_opt(struct kw_es *es, int optname, sockptr_t optval,
 }
 
 /*
+ * Register user memory in our context: for local writing where it can be
+ * (a writable pin breaks copy-on-write now, so that the pages pinned are
+ * the ones the program writes later: a read-only long-term pin of pages
+ * never written could be the shared zero page, on 6.1), else read-only.
+ */
+static int es_reg_user(struct kw_es *es, struct kiwarp_reg_mr *mr)
+{
+	u32 access = mr->access;
+	int ret;
+
+	mr->access = access | KIWARP_ACCESS_LOCAL_WRITE;
+	ret = kw_mr_reg(es->ctx, mr);
+	if (ret == -EFAULT && !(access & KIWARP_ACCESS_LOCAL_WRITE)) {
+		mr->access = access;	/* read-only memory */
+		ret = kw_mr_reg(es->ctx, mr);
+	}
+	return ret;
+}
+
+/*
  * IWARP_MREG: pin and register [addr, addr + len) for zero-copy sends
- * (local access only: the peer never learns its STag). Pins under
- * es->lock, as es_riomap().
+ * (local access only: the peer never learns its STag). Pinning can take
+ * long (a large range, a userfaultfd): it runs without es->lock, which the
+ * stream's every call takes. Our own calls cannot tear the context down
+ * meanwhile (only close() or a failed switch do, and we hold the file);
+ * the stream may fail, and then the registration is just not used.
  */
 static int es_mreg(struct kw_es *es, const struct iwarp_mreg *r)
 {
-	struct kiwarp_reg_mr mr = {
-		.pd = es->pd_handle,
-		.addr = r->addr,
-		.length = r->len,
-	};
+	struct kiwarp_reg_mr mr = { .addr = r->addr, .length = r->len };
+	struct kiwarp_handle h = {};
 	struct es_mreg *m;
 	u64 end;
-	u32 i;
+	u32 i, gen0;
 	int ret;
 
-	lockdep_assert_held(&es->lock);
 	if (r->flags || r->reserved || !r->len ||
 	    check_add_overflow(r->addr, r->len, &end))
 		return -EINVAL;
-	if (!es->mregs) {
-		es->mregs = kcalloc(IWARP_MREG_MAX, sizeof(*es->mregs),
-				    GFP_KERNEL_ACCOUNT);
-		if (!es->mregs)
-			return -ENOMEM;
-	}
-	for (i = 0; i < IWARP_MREG_MAX && es->mregs[i].used; i++)
-		;
-	if (i == IWARP_MREG_MAX)
-		return -ENOSPC;
-	ret = kw_mr_reg(es->ctx, &mr);
+	ret = es_lock(es, false);
 	if (ret)
 		return ret;
+	gen0 = es->gen;
+	es_process(es);
+	if (es->state != ES_RUN)
+		ret = es->err ? -es->err : -ENOTCONN;
+	else if (es->err)
+		ret = -es->err;
+	else if (es->mreg_count == IWARP_MREG_MAX)
+		ret = -ENOSPC;
+	mr.pd = es->pd_handle;
+	es_unlock(es, gen0);
+	if (ret)
+		return ret;
+
+	ret = es_reg_user(es, &mr);
+	if (ret)
+		return ret;
+
+	mutex_lock(&es->lock);
+	if (!es->mregs)
+		es->mregs = kcalloc(IWARP_MREG_MAX, sizeof(*es->mregs),
+				    GFP_KERNEL_ACCOUNT);
+	for (i = 0; es->mregs && i < IWARP_MREG_MAX && es->mregs[i].used; i++)
+		;
+	if (!es->mregs || i == IWARP_MREG_MAX) {
+		/* a racing IWARP_MREG took the last entry */
+		ret = es->mregs ? -ENOSPC : -ENOMEM;
+		h.handle = mr.handle;
+		kw_mr_dereg(es->ctx, &h);
+		mutex_unlock(&es->lock);
+		return ret;
+	}
 	m = &es->mregs[i];
 	m->used = true;
 	m->mr_handle = mr.handle;
 	m->stag = mr.stag;
 	m->addr = r->addr;
 	m->len = r->len;
+	m->mm = current->mm;
+	mmgrab(m->mm);
 	es->mreg_count++;
+	mutex_unlock(&es->lock);
 	return 0;
+}
+
+/* Forget registration m (its MR is deregistered, or going with ctx). */
+static void es_mreg_forget(struct kw_es *es, struct es_mreg *m)
+{
+	lockdep_assert_held(&es->lock);
+	mmdrop(m->mm);
+	memset(m, 0, sizeof(*m));
+	es->mreg_count--;
 }
 
 /* IWARP_MDEREG: the registration of exactly [addr, addr + len). */
@@ -1797,14 +1877,14 @@ static int es_mdereg(struct kw_es *es, const struct iwarp_mreg *r)
 	for (i = 0; es->mregs && i < IWARP_MREG_MAX; i++) {
 		struct es_mreg *m = &es->mregs[i];
 
-		if (!m->used || m->addr != r->addr || m->len != r->len)
+		if (!m->used || m->addr != r->addr || m->len != r->len ||
+		    m->mm != current->mm)
 			continue;
 		h.handle = m->mr_handle;
 		ret = kw_mr_dereg(es->ctx, &h);	/* EBUSY: a send's WR */
 		if (ret)
 			return ret;
-		memset(m, 0, sizeof(*m));
-		es->mreg_count--;
+		es_mreg_forget(es, m);
 		return 0;
 	}
 	return -EINVAL;
@@ -1822,6 +1902,8 @@ static int es_mreg_opt(struct kw_es *es, int optname, sockptr_t optval,
 		return -EINVAL;
 	if (copy_from_sockptr(&r, optval, sizeof(r)))
 		return -EFAULT;
+	if (optname == IWARP_MREG)
+		return es_mreg(es, &r);
 	ret = es_lock(es, false);
 	if (ret)
 		return ret;
@@ -1830,12 +1912,8 @@ static int es_mreg_opt(struct kw_es *es, int optname, sockptr_t optval,
 	/* a deregistration is local: it works on a stream that failed */
 	if (es->state != ES_RUN)
 		ret = es->err ? -es->err : -ENOTCONN;
-	else if (optname == IWARP_MDEREG)
-		ret = es_mdereg(es, &r);
-	else if (es->err)
-		ret = -es->err;
 	else
-		ret = es_mreg(es, &r);
+		ret = es_mdereg(es, &r);
 	es_unlock(es, gen0);
 	return ret;
 }

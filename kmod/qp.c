@@ -476,6 +476,13 @@ static void flush_locked(struct kw_qp *qp)
 	 * with the peer's FIN that brought us here) was delivered: it
 	 * completes successfully rather than flushed. (Its end sequence is
 	 * known from the moment its transmission starts, see tx_pick_sq().)
+	 *
+	 * A flushed WR sent by reference completes now, as on an RNIC,
+	 * although TCP may still hold its pages (unacknowledged: a peer with
+	 * a closed window keeps them there). Waiting for their release would
+	 * hang the flush for as long as that peer likes; that TCP could
+	 * still send them later is a known limit (security.md). An
+	 * acknowledged one waits for its release (a clone in a queue).
 	 */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
@@ -483,6 +490,7 @@ static void flush_locked(struct kw_qp *qp)
 		wr_check_acked(qp, wr);
 		if (!wr->done) {
 			wr->done = true;
+			wr->held = false;
 			wr->status = KIWARP_WC_WR_FLUSH_ERR;
 		}
 	}

@@ -11,6 +11,10 @@
  * with the events it waits for; a socket with none is not in it. An
  * operation that ends becomes an event in its queue's ring; an eventfd in
  * the epoll set makes exs_qfd() readable while the ring holds events.
+ * Sockets are in the set edge-triggered: a socket is waited for only after
+ * a call on it said EAGAIN (or ENOBUFS, for notifications), so no edge is
+ * missed, and a socket that stays in error (its stream dead, zero-copy
+ * notifications still due) does not make epoll_wait() spin.
  *
  * Zero-copy sends. On a socket in IWARP_MODE, a send from memory
  * registered with exs_mregister() registers that memory with the socket
@@ -22,8 +26,12 @@
  * all its bytes went and all its calls are notified.
  *
  * Locking: one mutex (exs_lock) over all of it; exs_qdequeue() sleeps in
- * epoll_wait() without it. Handles are indexes into the tables below.
- * Not fork-safe: a child shares its parent's epoll sets.
+ * epoll_wait() without it, counted in its queue's waiters: exs_qdelete()
+ * marks the queue dying and wakes them, and the last one out frees it.
+ * A queue handle is its table slot and a generation (a deleted queue's
+ * handle does not name the next queue in that slot); a memory handle is
+ * a slot and a generation too. Not fork-safe: a child shares its parent's
+ * epoll sets.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,8 +56,10 @@
 
 #define EXS_API __attribute__((visibility("default")))
 
-#define EXS_MAX_QUEUES	1024
+#define EXS_MAX_QUEUES	1024		/* slots: handle & (this - 1) */
 #define EXS_MAX_MREGS	4096
+#define EXS_GEN_SHIFT	12		/* handle = gen << 12 | slot */
+#define EXS_GEN_MAX	(INT_MAX >> EXS_GEN_SHIFT)
 #define EXS_FD_MREGS	IWARP_MREG_MAX	/* per socket, the kernel's limit */
 
 #ifndef SO_EE_ORIGIN_ZEROCOPY
@@ -82,13 +92,17 @@ struct exs_queue {
 	int depth;
 	int outstanding;	/* posted, not dequeued */
 	exs_event_t *ring;	/* depth events */
-	unsigned int head, tail;	/* ring (free-running) */
+	int head, count;	/* ring: first event, events in it */
 	bool ev_armed;		/* evfd written, not yet read back */
+	int gen;		/* of its handle */
+	int waiters;		/* in exs_qdequeue()'s epoll_wait() */
+	bool dying;		/* exs_qdelete()d: the last waiter frees it */
 };
 
 struct exs_mreg {
 	bool used;
-	const uint8_t *addr;
+	int gen;		/* of its handle */
+	uintptr_t addr;
 	size_t len;
 	unsigned int busy;	/* operations posted from it, not ended */
 };
@@ -100,9 +114,12 @@ struct exs_fd {
 	struct exs_op *sq, *rq;	/* pending, in posting order */
 	uint32_t epoll_events;	/* in q's epoll set with these */
 	bool in_epoll;
-	bool iwarp;		/* seen in IWARP_MODE (it stays so) */
+	bool mode_known;	/* iwarp below is known */
+	bool iwarp;		/* in IWARP_MODE (once so, it stays) */
 	bool zc_on;		/* SO_ZEROCOPY set */
+	bool zc_off;		/* registering failed once: copy from now on */
 	bool eof;		/* recv() said 0 */
+	int snd_err, rcv_err;	/* the stream broke: later ones fail too */
 	uint32_t zc_next;	/* id of its next MSG_ZEROCOPY call */
 	exs_mhandle_t regs[EXS_FD_MREGS];	/* IWARP_MREG done for these */
 	unsigned int nregs;
@@ -111,6 +128,7 @@ struct exs_fd {
 static pthread_mutex_t exs_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool exs_ready;
 static struct exs_queue *exs_queues[EXS_MAX_QUEUES];
+static int exs_queue_gen[EXS_MAX_QUEUES];	/* the next handle's */
 static struct exs_mreg *exs_mregs;	/* EXS_MAX_MREGS, from the first */
 static struct exs_fd **exs_fds;		/* by fd number */
 static int exs_nfds;
@@ -133,9 +151,20 @@ int EXS_API exs_init(int version)
 
 static struct exs_queue *queue_of(exs_qhandle_t q)
 {
-	if (q < 0 || q >= EXS_MAX_QUEUES)
+	struct exs_queue *qu;
+
+	if (q < 0)
 		return NULL;
-	return exs_queues[q];
+	qu = exs_queues[q & (EXS_MAX_QUEUES - 1)];
+	return qu && qu->gen == q >> EXS_GEN_SHIFT ? qu : NULL;
+}
+
+static void queue_free(struct exs_queue *qu)
+{
+	close(qu->epfd);
+	close(qu->evfd);
+	free(qu->ring);
+	free(qu);
 }
 
 exs_qhandle_t EXS_API exs_qcreate(int depth)
@@ -168,14 +197,17 @@ exs_qhandle_t EXS_API exs_qcreate(int depth)
 	}
 	for (i = 0; i < EXS_MAX_QUEUES && exs_queues[i]; i++)
 		;
-	if (i < EXS_MAX_QUEUES)
+	if (i < EXS_MAX_QUEUES) {
 		exs_queues[i] = qu;
+		qu->gen = exs_queue_gen[i];
+		exs_queue_gen[i] = (exs_queue_gen[i] + 1) % (EXS_GEN_MAX + 1);
+	}
 	pthread_mutex_unlock(&exs_lock);
 	if (i == EXS_MAX_QUEUES) {
 		err = EMFILE;
 		goto err_free;
 	}
-	return i;
+	return qu->gen << EXS_GEN_SHIFT | i;
 
 err_free:
 	if (!qu->ring)
@@ -234,6 +266,8 @@ static struct exs_fd *fd_state(int fd, int *err)
 {
 	struct exs_fd *st;
 	struct stat sb;
+	int type = 0;
+	socklen_t tlen = sizeof(type);
 
 	if (fd < 0 || fstat(fd, &sb)) {
 		*err = EBADF;
@@ -244,10 +278,10 @@ static struct exs_fd *fd_state(int fd, int *err)
 		return NULL;
 	}
 	if (fd >= exs_nfds) {
-		int n = fd < 64 ? 64 : fd * 2;
+		size_t n = fd < 64 ? 64 : (size_t)fd * 2;
 		struct exs_fd **t;
 
-		if (n <= fd || n > INT_MAX / 2) {
+		if (n > INT_MAX) {
 			*err = EBADF;
 			return NULL;
 		}
@@ -258,58 +292,76 @@ static struct exs_fd *fd_state(int fd, int *err)
 		}
 		memset(t + exs_nfds, 0, (n - exs_nfds) * sizeof(*t));
 		exs_fds = t;
-		exs_nfds = n;
+		exs_nfds = (int)n;
 	}
 	st = exs_fds[fd];
 	if (st && (st->dev != sb.st_dev || st->ino != sb.st_ino)) {
 		/* a new socket on an old number: the old one is gone */
 		fd_gone(fd, st);
 		memset(st, 0, sizeof(*st));
-	} else if (!st) {
+		st->q = EXS_QHANDLE_INVALID;
+	} else if (st) {
+		return st;
+	}
+	/* a connected stream socket: no datagrams, no listeners */
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) ||
+	    type != SOCK_STREAM) {
+		*err = EINVAL;
+		return NULL;
+	}
+	if (!st) {
 		st = calloc(1, sizeof(*st));
 		if (!st) {
 			*err = ENOMEM;
 			return NULL;
 		}
+		st->q = EXS_QHANDLE_INVALID;
 		exs_fds[fd] = st;
 	}
 	st->dev = sb.st_dev;
 	st->ino = sb.st_ino;
-	if (!st->sq && !st->rq)
-		st->q = EXS_QHANDLE_INVALID;
 	return st;
 }
 
-/* Register mh with the socket for zero-copy sends; false: send copies. */
+/*
+ * Register mh with the socket for zero-copy sends; false: the send copies
+ * (not IWARP_MODE, or a registration failed once on this socket, e.g.
+ * RLIMIT_MEMLOCK or 64 of them: not tried again for each send).
+ */
 static bool fd_zc_ready(int fd, struct exs_fd *st, exs_mhandle_t mh)
 {
 	struct iwarp_mreg r = { 0 };
-	int one = 1, mode = 0;
+	int one = 1, mode = 0, slot = mh & (EXS_MAX_MREGS - 1);
 	socklen_t len = sizeof(mode);
 	unsigned int i;
 
-	if (!st->iwarp) {
-		if (getsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, &len) ||
-		    !mode)
-			return false;
-		st->iwarp = true;
+	if (!st->mode_known) {
+		st->iwarp = !getsockopt(fd, SOL_IWARP, IWARP_MODE, &mode,
+					&len) && mode;
+		/* a plain socket may switch later; one in IWARP_MODE stays */
+		st->mode_known = st->iwarp;
 	}
-	if (!st->zc_on) {
-		if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
-			return false;
-		st->zc_on = true;
-	}
+	if (!st->iwarp || st->zc_off)
+		return false;
 	for (i = 0; i < st->nregs; i++)
 		if (st->regs[i] == mh)
 			return true;
+	if (!st->zc_on) {
+		if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
+			goto off;
+		st->zc_on = true;
+	}
 	if (st->nregs == EXS_FD_MREGS)
-		return false;
-	r.addr = (uintptr_t)exs_mregs[mh].addr;
-	r.len = exs_mregs[mh].len;
+		goto off;
+	r.addr = exs_mregs[slot].addr;
+	r.len = exs_mregs[slot].len;
 	if (setsockopt(fd, SOL_IWARP, IWARP_MREG, &r, sizeof(r)))
-		return false;	/* e.g. RLIMIT_MEMLOCK: copy */
+		goto off;
 	st->regs[st->nregs++] = mh;
 	return true;
+off:
+	st->zc_off = true;
+	return false;
 }
 
 /* ------------------------------------------------------------- events */
@@ -318,16 +370,26 @@ static void queue_signal(struct exs_queue *qu)
 {
 	uint64_t one = 1;
 
-	if (!qu->ev_armed && qu->head != qu->tail &&
+	if (!qu->ev_armed && qu->count &&
 	    write(qu->evfd, &one, sizeof(one)) == sizeof(one))
 		qu->ev_armed = true;
+}
+
+static struct exs_mreg *mreg_of(exs_mhandle_t mh)
+{
+	struct exs_mreg *r;
+
+	if (mh < 0 || !exs_mregs)
+		return NULL;
+	r = &exs_mregs[mh & (EXS_MAX_MREGS - 1)];
+	return r->used && r->gen == mh >> EXS_GEN_SHIFT ? r : NULL;
 }
 
 /* op ended: its event, in its queue's ring (room was kept at posting) */
 static void op_complete(int fd, struct exs_fd *st, struct exs_op *op)
 {
-	struct exs_queue *qu = exs_queues[st->q];
-	exs_event_t *e = &qu->ring[qu->tail++ % qu->depth];
+	struct exs_queue *qu = queue_of(st->q);
+	exs_event_t *e = &qu->ring[(qu->head + qu->count++) % qu->depth];
 
 	e->exs_evt_type = op->type;
 	e->exs_evt_errno = op->err;
@@ -336,7 +398,7 @@ static void op_complete(int fd, struct exs_fd *st, struct exs_op *op)
 	e->exs_evt_buf = op->buf;
 	e->exs_evt_nbytes = op->done;
 	if (op->mh != EXS_MHANDLE_INVALID)
-		exs_mregs[op->mh].busy--;
+		mreg_of(op->mh)->busy--;
 	free(op);
 	queue_signal(qu);
 }
@@ -353,12 +415,11 @@ static uint32_t zc_overlap(const struct exs_op *op, uint32_t lo, uint32_t hi)
 	return to >= from ? (uint32_t)(to - from + 1) : 0;
 }
 
-/* Take the socket's MSG_ZEROCOPY notifications. */
+/* Take the socket's MSG_ZEROCOPY notifications (until EAGAIN). */
 static void fd_zc_notes(int fd, struct exs_fd *st)
 {
 	for (;;) {
-		char cbuf[CMSG_SPACE(sizeof(struct sock_extended_err) +
-				     sizeof(struct sockaddr_in6))];
+		char cbuf[512];
 		struct msghdr m = { .msg_control = cbuf,
 				    .msg_controllen = sizeof(cbuf) };
 		struct cmsghdr *cm;
@@ -366,32 +427,38 @@ static void fd_zc_notes(int fd, struct exs_fd *st)
 		if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
 			return;
 		for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-			struct sock_extended_err *e = (void *)CMSG_DATA(cm);
+			struct sock_extended_err e;
 			struct exs_op *op;
 
 			if (!((cm->cmsg_level == SOL_IP &&
 			       cm->cmsg_type == IP_RECVERR) ||
 			      (cm->cmsg_level == SOL_IPV6 &&
 			       cm->cmsg_type == IPV6_RECVERR)) ||
-			    e->ee_origin != SO_EE_ORIGIN_ZEROCOPY)
+			    cm->cmsg_len < CMSG_LEN(sizeof(e)))
 				continue;
+			memcpy(&e, CMSG_DATA(cm), sizeof(e));
+			if (e.ee_origin != SO_EE_ORIGIN_ZEROCOPY)
+				continue;	/* not ours: dropped */
 			for (op = st->sq; op; op = op->next)
 				if (op->zc && op->ids)
 					op->ids_done += zc_overlap(op,
-						e->ee_info, e->ee_data);
+						e.ee_info, e.ee_data);
 		}
 	}
 }
 
-/* Move sq's bytes until the socket would block. */
-static void fd_send(int fd, struct exs_fd *st, bool *blocked)
+/*
+ * Move sq's bytes until the socket would block (*wait: the events to wait
+ * for; ENOBUFS: the kernel waits for us to read notifications).
+ */
+static void fd_send(int fd, struct exs_fd *st, uint32_t *wait)
 {
 	struct exs_op *op;
 
 	for (op = st->sq; op; op = op->next) {
 		if (op->ended)
 			continue;
-		while (op->done < op->len) {
+		while (!st->snd_err && op->done < op->len) {
 			int fl = MSG_DONTWAIT | MSG_NOSIGNAL |
 				 (op->zc ? MSG_ZEROCOPY : 0);
 			ssize_t n = send(fd, op->buf + op->done,
@@ -400,11 +467,14 @@ static void fd_send(int fd, struct exs_fd *st, bool *blocked)
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-				*blocked = true;
+				*wait |= EPOLLOUT;
 				return;
 			}
+			if (n < 0 && errno == ENOBUFS && op->zc)
+				return;	/* EPOLLERR: notifications */
 			if (n < 0) {
-				op->err = errno;
+				/* the stream is broken: later sends fail too */
+				st->snd_err = errno;
 				break;
 			}
 			if (op->zc) {
@@ -415,36 +485,31 @@ static void fd_send(int fd, struct exs_fd *st, bool *blocked)
 			}
 			op->done += n;
 		}
+		if (st->snd_err && op->done < op->len)
+			op->err = st->snd_err;
 		op->ended = true;
-		if (op->err) {
-			/* the stream is broken: what follows fails too */
-			struct exs_op *o;
-
-			for (o = op->next; o; o = o->next) {
-				o->err = op->err;
-				o->ended = true;
-			}
-			return;
-		}
 	}
 }
 
 /* Fill rq's buffers from what the socket has. */
-static void fd_recv(int fd, struct exs_fd *st)
+static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 {
 	struct exs_op *op;
 
 	while ((op = st->rq)) {
-		while (!st->eof && op->done < op->len) {
+		while (!st->eof && !st->rcv_err && op->done < op->len) {
 			ssize_t n = recv(fd, op->buf + op->done,
 					 op->len - op->done, MSG_DONTWAIT);
 
 			if (n < 0 && errno == EINTR)
 				continue;
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-				break;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				*wait |= EPOLLIN;
+				return;
+			}
 			if (n < 0) {
-				op->err = errno;
+				/* not EOF later: every later receive fails */
+				st->rcv_err = errno;
 				break;
 			}
 			if (n == 0) {
@@ -455,11 +520,8 @@ static void fd_recv(int fd, struct exs_fd *st)
 			if (!(op->flags & MSG_WAITALL))
 				break;
 		}
-		if (!op->err && !st->eof && !op->done)
-			return;
-		if (!op->err && !st->eof && (op->flags & MSG_WAITALL) &&
-		    op->done < op->len)
-			return;
+		if (st->rcv_err)
+			op->err = st->rcv_err;
 		st->rq = op->next;
 		op_complete(fd, st, op);
 	}
@@ -468,31 +530,32 @@ static void fd_recv(int fd, struct exs_fd *st)
 /*
  * Progress socket fd: receives, sends, notifications; then the events
  * ended operations make (in posting order per direction), and its place
- * in the queue's epoll set.
+ * in the queue's epoll set (edge-triggered: only after EAGAIN).
  */
 static void fd_progress(int fd, struct exs_fd *st)
 {
-	struct exs_queue *qu = exs_queues[st->q];
+	struct exs_queue *qu = queue_of(st->q);
 	struct epoll_event ev = { .data.fd = fd };
-	bool blocked = false;
+	uint32_t wait = 0;
 	struct exs_op *op;
 
-	if (st->rq)
-		fd_recv(fd, st);
-	if (st->sq) {
-		fd_send(fd, st, &blocked);
-		fd_zc_notes(fd, st);
+	if (!fd_same(fd, st)) {
+		/* closed under its operations (a stale epoll event) */
+		fd_gone(fd, st);
+		st->q = EXS_QHANDLE_INVALID;
+		return;
 	}
+	if (st->rq)
+		fd_recv(fd, st, &wait);
+	if (st->sq)
+		fd_send(fd, st, &wait);
+	if (st->zc_on)
+		fd_zc_notes(fd, st);
 	while ((op = st->sq) && op->ended &&
 	       (!op->zc || op->ids_done >= op->ids)) {
 		st->sq = op->next;
 		op_complete(fd, st, op);
 	}
-	/* a socket that is gone sends no notification: do not wait */
-	if (st->sq && st->sq->ended && !fd_same(fd, st))
-		fd_gone(fd, st);
-	/* (EPOLLERR, always reported, brings the notifications) */
-	ev.events = (st->rq ? EPOLLIN : 0) | (blocked ? EPOLLOUT : 0);
 	if (!st->sq && !st->rq) {
 		if (st->in_epoll)
 			epoll_ctl(qu->epfd, EPOLL_CTL_DEL, fd, NULL);
@@ -500,12 +563,35 @@ static void fd_progress(int fd, struct exs_fd *st)
 		st->q = EXS_QHANDLE_INVALID;
 		return;
 	}
-	if (st->in_epoll && st->epoll_events == ev.events)
+	/* (EPOLLERR, always reported, brings the notifications) */
+	ev.events = EPOLLET | wait;
+	if (st->in_epoll && st->epoll_events == ev.events &&
+	    !(wait & EPOLLOUT))
 		return;
+	/*
+	 * (Re)armed after EAGAIN: epoll looks at the socket's readiness as
+	 * it adds or modifies it, so an edge just missed is seen. EPOLLOUT
+	 * is re-armed each time: its edge may have come before our EAGAIN.
+	 */
 	if (!epoll_ctl(qu->epfd, st->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
 		       fd, &ev)) {
 		st->in_epoll = true;
 		st->epoll_events = ev.events;
+		return;
+	}
+	/* no way to wait for it (ENOMEM, max_user_watches): fail them */
+	{
+		int err = errno;
+
+		while ((op = st->sq) || (op = st->rq)) {
+			if (op == st->sq)
+				st->sq = op->next;
+			else
+				st->rq = op->next;
+			op->err = op->err ?: err;
+			op_complete(fd, st, op);
+		}
+		st->q = EXS_QHANDLE_INVALID;
 	}
 }
 
@@ -519,7 +605,7 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 	struct exs_op *op, **tail;
 	int err = 0;
 
-	if (!buf && nbytes)
+	if (!buf)
 		return fail(EFAULT);
 	if (!nbytes || nbytes > SSIZE_MAX)
 		return fail(EINVAL);
@@ -528,22 +614,16 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 		return fail(ENOMEM);
 	pthread_mutex_lock(&exs_lock);
 	qu = queue_of(q);
-	if (!qu) {
+	if (!qu || qu->dying) {
 		err = EINVAL;
 		goto out;
 	}
 	if (mh != EXS_MHANDLE_INVALID) {
-		struct exs_mreg *r;
+		struct exs_mreg *r = mreg_of(mh);
+		uintptr_t a = (uintptr_t)buf;
 
-		if (mh < 0 || mh >= EXS_MAX_MREGS || !exs_mregs ||
-		    !exs_mregs[mh].used) {
-			err = EINVAL;
-			goto out;
-		}
-		r = &exs_mregs[mh];
-		if ((const uint8_t *)buf < r->addr ||
-		    nbytes > r->len ||
-		    (size_t)((const uint8_t *)buf - r->addr) > r->len - nbytes) {
+		if (!r || a < r->addr || nbytes > r->len ||
+		    a - r->addr > r->len - nbytes) {
 			err = EINVAL;	/* not inside the registration */
 			goto out;
 		}
@@ -568,7 +648,7 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 	if (type == EXS_EVT_SEND && mh != EXS_MHANDLE_INVALID)
 		op->zc = fd_zc_ready(fd, st, mh);
 	if (mh != EXS_MHANDLE_INVALID)
-		exs_mregs[mh].busy++;
+		mreg_of(mh)->busy++;
 	st->q = q;
 	qu->outstanding++;
 	for (tail = type == EXS_EVT_SEND ? &st->sq : &st->rq; *tail;
@@ -605,11 +685,13 @@ static int take_events(struct exs_queue *qu, exs_event_t *events, int n)
 {
 	int k = 0;
 
-	while (k < n && qu->head != qu->tail) {
-		events[k++] = qu->ring[qu->head++ % qu->depth];
+	while (k < n && qu->count) {
+		events[k++] = qu->ring[qu->head];
+		qu->head = (qu->head + 1) % qu->depth;
+		qu->count--;
 		qu->outstanding--;
 	}
-	if (qu->head == qu->tail && qu->ev_armed) {
+	if (!qu->count && qu->ev_armed) {
 		uint64_t v;
 
 		if (read(qu->evfd, &v, sizeof(v)) == sizeof(v) ||
@@ -649,57 +731,68 @@ int EXS_API exs_qdequeue(exs_qhandle_t q, exs_event_t *events, int nevents,
 {
 	long long deadline = -1;
 	struct exs_queue *qu;
-	int n, epfd;
+	int n;
 
 	if (nevents < 1 || !events)
 		return fail(EINVAL);
 	if (timeout) {
 		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 ||
-		    timeout->tv_nsec >= 1000000000L ||
-		    timeout->tv_sec > INT_MAX / 1000)
+		    timeout->tv_nsec >= 1000000000L)
 			return fail(EINVAL);
-		deadline = now_ms() + timeout->tv_sec * 1000LL +
-			   (timeout->tv_nsec + 999999) / 1000000;
+		/* beyond ~292 million years: no limit */
+		if (timeout->tv_sec < LLONG_MAX / 2000)
+			deadline = now_ms() + timeout->tv_sec * 1000LL +
+				   (timeout->tv_nsec + 999999) / 1000000;
+	}
+	pthread_mutex_lock(&exs_lock);
+	qu = queue_of(q);
+	if (!qu || qu->dying) {
+		pthread_mutex_unlock(&exs_lock);
+		return fail(EINVAL);
 	}
 	for (;;) {
 		struct epoll_event ev;
 		long long left;
 		int r;
 
+		/* sockets first: a full ring must not starve them */
+		queue_progress(qu, q);
+		n = take_events(qu, events, nevents);
+		left = deadline < 0 ? -1 : deadline - now_ms();
+		if (n || (deadline >= 0 && left <= 0))
+			break;
+		/*
+		 * Sleep until a socket is ready, an event is queued (another
+		 * thread posted) or the queue is deleted (its eventfd). The
+		 * queue stays allocated while we wait (waiters).
+		 */
+		qu->waiters++;
+		pthread_mutex_unlock(&exs_lock);
+		r = epoll_wait(qu->epfd, &ev, 1, left < 0 ? -1 :
+			       left > INT_MAX ? INT_MAX : (int)left);
+		if (r < 0 && errno != EINTR)
+			r = 0;
 		pthread_mutex_lock(&exs_lock);
-		qu = queue_of(q);
-		if (!qu) {
+		qu->waiters--;
+		if (qu->dying) {
+			if (!qu->waiters)
+				queue_free(qu);
 			pthread_mutex_unlock(&exs_lock);
 			return fail(EINVAL);
 		}
-		n = take_events(qu, events, nevents);
-		if (!n) {
-			queue_progress(qu, q);
-			n = take_events(qu, events, nevents);
-		}
-		epfd = qu->epfd;
-		pthread_mutex_unlock(&exs_lock);
-		if (n)
-			return n;
-		left = deadline < 0 ? -1 : deadline - now_ms();
-		if (deadline >= 0 && left <= 0)
-			return 0;
-		/*
-		 * Sleep until a socket is ready or an event is queued (by
-		 * another thread's posting). Level-triggered: what it saw
-		 * is found again by queue_progress(). A queue deleted
-		 * meanwhile closed epfd: EBADF or EINVAL, then EINVAL.
-		 */
-		r = epoll_wait(epfd, &ev, 1, left < 0 ? -1 :
-			       left > INT_MAX ? INT_MAX : (int)left);
-		if (r < 0 && errno == EINTR)
+		if (r < 0) {
+			pthread_mutex_unlock(&exs_lock);
 			return fail(EINTR);
+		}
 	}
+	pthread_mutex_unlock(&exs_lock);
+	return n;
 }
 
 int EXS_API exs_qdelete(exs_qhandle_t q)
 {
 	struct exs_queue *qu;
+	uint64_t one = 1;
 	int fd;
 
 	pthread_mutex_lock(&exs_lock);
@@ -721,18 +814,24 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 			else
 				st->rq = op->next;
 			if (op->mh != EXS_MHANDLE_INVALID)
-				exs_mregs[op->mh].busy--;
+				mreg_of(op->mh)->busy--;
 			free(op);
 		}
+		if (st->in_epoll)
+			epoll_ctl(qu->epfd, EPOLL_CTL_DEL, fd, NULL);
 		st->in_epoll = false;
 		st->q = EXS_QHANDLE_INVALID;
 	}
-	exs_queues[q] = NULL;
+	exs_queues[q & (EXS_MAX_QUEUES - 1)] = NULL;
+	qu->dying = true;
+	if (qu->waiters) {
+		/* they wake, see dying, and the last one frees it */
+		if (write(qu->evfd, &one, sizeof(one)) != sizeof(one))
+			qu->ev_armed = true;	/* already readable */
+	} else {
+		queue_free(qu);
+	}
 	pthread_mutex_unlock(&exs_lock);
-	close(qu->epfd);
-	close(qu->evfd);
-	free(qu->ring);
-	free(qu);
 	return 0;
 }
 
@@ -740,10 +839,10 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 
 exs_mhandle_t EXS_API exs_mregister(const void *addr, size_t len, int flags)
 {
-	int i;
+	uintptr_t a = (uintptr_t)addr;
+	int i, gen;
 
-	if (flags || !len || !addr ||
-	    (uintptr_t)addr + len < (uintptr_t)addr)
+	if (flags || !len || !addr || a + len < a)
 		return fail(EINVAL);
 	pthread_mutex_lock(&exs_lock);
 	if (!exs_ready) {
@@ -758,34 +857,35 @@ exs_mhandle_t EXS_API exs_mregister(const void *addr, size_t len, int flags)
 		pthread_mutex_unlock(&exs_lock);
 		return fail(exs_mregs ? ENOSPC : ENOMEM);
 	}
+	gen = (exs_mregs[i].gen + 1) % (EXS_GEN_MAX + 1);
 	exs_mregs[i] = (struct exs_mreg){
-		.used = true, .addr = addr, .len = len,
+		.used = true, .gen = gen, .addr = a, .len = len,
 	};
 	pthread_mutex_unlock(&exs_lock);
-	return i;
+	return gen << EXS_GEN_SHIFT | i;
 }
 
 int EXS_API exs_mderegister(exs_mhandle_t mh)
 {
 	struct iwarp_mreg r = { 0 };
+	struct exs_mreg *m;
 	int fd, err = 0;
 
 	pthread_mutex_lock(&exs_lock);
-	if (mh < 0 || mh >= EXS_MAX_MREGS || !exs_mregs ||
-	    !exs_mregs[mh].used) {
+	m = mreg_of(mh);
+	if (!m) {
 		err = EINVAL;
 		goto out;
 	}
-	if (exs_mregs[mh].busy) {
+	if (m->busy) {
 		err = EBUSY;	/* operations from it have not ended */
 		goto out;
 	}
-	r.addr = (uintptr_t)exs_mregs[mh].addr;
-	r.len = exs_mregs[mh].len;
+	r.addr = m->addr;
+	r.len = m->len;
 	/* the sockets it was registered with (still the same sockets) */
 	for (fd = 0; fd < exs_nfds; fd++) {
 		struct exs_fd *st = exs_fds[fd];
-		struct stat sb;
 		unsigned int i;
 
 		if (!st)
@@ -794,8 +894,8 @@ int EXS_API exs_mderegister(exs_mhandle_t mh)
 			;
 		if (i == st->nregs)
 			continue;
-		if (!fstat(fd, &sb) && sb.st_dev == st->dev &&
-		    sb.st_ino == st->ino &&
+		/* (a failed stream's registration goes at its close) */
+		if (fd_same(fd, st) &&
 		    setsockopt(fd, SOL_IWARP, IWARP_MDEREG, &r, sizeof(r)) &&
 		    errno == EBUSY) {
 			err = EBUSY;	/* the kernel still sends from it */
@@ -803,7 +903,7 @@ int EXS_API exs_mderegister(exs_mhandle_t mh)
 		}
 		st->regs[i] = st->regs[--st->nregs];
 	}
-	exs_mregs[mh].used = false;
+	m->used = false;
 out:
 	pthread_mutex_unlock(&exs_lock);
 	return err ? fail(err) : 0;

@@ -1733,7 +1733,7 @@ TEST(zerocopy_sends_from_a_registration)
 	EXPECT_EQ(ic.zc_bytes, n);
 	EXPECT_EQ(ic.tx_bytes, n);
 	EXPECT_EQ(ic.mreg_count, 1);
-	EXPECT_EQ(ic.zc_dropped, 0);
+	EXPECT_EQ(ic.zc_pending, 0);
 
 	/* id 8: not registered, copied, notified at once; POLLERR says so */
 	ASSERT_EQ(send(c, plain, 4096, MSG_ZEROCOPY), 4096);
@@ -2027,6 +2027,16 @@ TEST(exs_api_on_an_iwarp_stream)
 	p = (struct pollfd){ .fd = exs_qfd(q), .events = POLLIN };
 	EXPECT_EQ(poll(&p, 1, 10000), 1);
 	ASSERT_EQ(dequeue_all(q, ev, 5, 20000), 5);
+	/* one socket's sends end in the order posted */
+	{
+		int next = 1;
+
+		for (k = 0; k < 5; k++)
+			if (ev[k].exs_evt_fd == c &&
+			    ev[k].exs_evt_context == (void *)(uintptr_t)next)
+				next++;
+		EXPECT_EQ(next, 5);
+	}
 	for (k = 0; k < 4; k++) {
 		e = find_ctx(ev, 5, (void *)(uintptr_t)(k + 1));
 		ASSERT_TRUE(e != NULL);
@@ -2045,6 +2055,16 @@ TEST(exs_api_on_an_iwarp_stream)
 	ASSERT_EQ(info(c, &ic), 0);
 	EXPECT_EQ(ic.zc_bytes, n);	/* straight from the pages */
 	EXPECT_EQ(ic.mreg_count, 1);
+	/* a send's event came with the kernel's notification, not before */
+	EXPECT_EQ(ic.zc_pending, 0);
+	{
+		char cb[256];
+		struct msghdr m = { .msg_control = cb,
+				    .msg_controllen = sizeof(cb) };
+
+		EXPECT_EQ(recvmsg(c, &m, MSG_ERRQUEUE | MSG_DONTWAIT), -1);
+		EXPECT_EQ(errno, EAGAIN);
+	}
 
 	/* a receive without MSG_WAITALL ends with what there is */
 	ASSERT_EQ(exs_recv(s, dst, n, 0, EXS_MHANDLE_INVALID, q, (void *)7), 0);
@@ -2097,6 +2117,7 @@ TEST(exs_api_on_plain_tcp_and_the_end_of_streams)
 	ASSERT_EQ(exs_send(c, out, sizeof(out), 0, mh, q, (void *)2), 0);
 	ASSERT_EQ(dequeue_all(q, ev, 2, 10000), 2);
 	EXPECT_MEMEQ(in, out, sizeof(out));
+	ASSERT_TRUE(find_ctx(ev, 2, (void *)1) != NULL);
 	EXPECT_EQ(find_ctx(ev, 2, (void *)1)->exs_evt_nbytes, sizeof(out));
 
 	/* the peer closes: a pending receive ends with 0 bytes */
@@ -2201,4 +2222,145 @@ TEST(exs_api_bad_arguments)
 	close(s);
 	close(pfd[0]);
 	close(pfd[1]);
+}
+
+/*
+ * Notifications that find no room on the error queue (SO_RCVBUF; codes
+ * alternate so that none merges) wait in the kernel, in order; once 64
+ * calls wait, MSG_ZEROCOPY says ENOBUFS (as Linux's optmem limit). After
+ * the queue is read, every id comes exactly once, with its code.
+ */
+TEST(zerocopy_notifications_wait_for_room)
+{
+	uint8_t *buf = map_anon(65536), plain[100], sink[65536];
+	uint8_t seen[256] = { 0 }, copied[256] = { 0 };
+	struct iwarp_info ic;
+	int c, s, small = 4096, k, ids = 0;
+	ssize_t r = 0;
+
+	ASSERT_TRUE(buf != NULL);
+	memset(plain, 'p', sizeof(plain));
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(setsockopt(c, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	ASSERT_EQ(switch_both(c, s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
+			      NULL, NULL), 0);
+	ASSERT_EQ(mreg_opt(c, IWARP_MREG, buf, 65536, 0), 0);
+	ASSERT_EQ(zerocopy_on(c), 0);
+	for (k = 0; k < 200; k++) {
+		int cp = k & 1;
+
+		r = send(c, cp ? plain : buf, 100, MSG_ZEROCOPY | MSG_DONTWAIT);
+		if (r < 0)
+			break;
+		ASSERT_EQ(r, 100);
+		copied[ids++] = cp;
+		if (ids % 16 == 0)
+			ASSERT_EQ(readn(s, sink, 1600, 5000), 0);
+	}
+	EXPECT_EQ(r, -1);
+	EXPECT_EQ(errno, ENOBUFS);
+	ASSERT_EQ(info(c, &ic), 0);
+	printf("# ENOBUFS after %d calls, %u waiting\n", ids, ic.zc_pending);
+	EXPECT_GT(ic.zc_pending, 0);
+	EXPECT_LT(ids, 200);
+	EXPECT_EQ(zc_collect(c, seen, ids, copied, 10000), ids);
+	ASSERT_EQ(info(c, &ic), 0);
+	EXPECT_EQ(ic.zc_pending, 0);
+	/* and it sends again */
+	EXPECT_EQ(send(c, buf, 100, MSG_ZEROCOPY | MSG_DONTWAIT), 100);
+	close(c);
+	close(s);
+}
+
+/* exs_qdelete() of a queue another thread waits on without a timeout:
+ * the waiter returns (EINVAL), it does not sleep on. */
+struct qwaiter {
+	exs_qhandle_t q;
+	int ret, err;
+	pthread_t t;
+};
+
+static void *qwait_thread(void *arg)
+{
+	struct qwaiter *w = arg;
+	exs_event_t ev;
+
+	w->ret = exs_qdequeue(w->q, &ev, 1, NULL);
+	w->err = errno;
+	return NULL;
+}
+
+TEST(exs_api_delete_wakes_waiters_and_errors_stick)
+{
+	struct qwaiter w = { 0 };
+	uint8_t b[4096];
+	exs_event_t ev[4];
+	double t0;
+	int c, s;
+
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	w.q = exs_qcreate(3);	/* not a power of two */
+	ASSERT_GE(w.q, 0);
+	pthread_create(&w.t, NULL, qwait_thread, &w);
+	usleep(200000);
+	t0 = now();
+	EXPECT_EQ(exs_qdelete(w.q), 0);
+	pthread_join(w.t, NULL);
+	EXPECT_EQ(w.ret, -1);
+	EXPECT_EQ(w.err, EINVAL);
+	EXPECT_LT(now() - t0, 2.0);
+	/* the handle is dead, and does not name the next queue */
+	{
+		exs_qhandle_t q2 = exs_qcreate(3);
+
+		ASSERT_GE(q2, 0);
+		EXPECT_NE(q2, w.q);
+		EXPECT_EQ(exs_qfd(w.q), -1);
+		EXPECT_EQ(exs_qdelete(q2), 0);
+	}
+
+	/* a reset stream: the failing send, and every later one, fail */
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	w.q = exs_qcreate(3);
+	ASSERT_GE(w.q, 0);
+	{
+		struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+		ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof(l)), 0);
+		close(s);
+	}
+	/* the reset takes a moment to reach c: send until it shows */
+	{
+		int k, got = 0, err = 0;
+
+		for (k = 0; k < 50 && !err; k++) {
+			ASSERT_EQ(exs_send(c, b, sizeof(b), 0,
+					   EXS_MHANDLE_INVALID, w.q, NULL), 0);
+			ASSERT_EQ(dequeue_all(w.q, ev, 1, 5000), 1);
+			got++;
+			err = ev[0].exs_evt_errno;
+			usleep(20000);
+		}
+		EXPECT_TRUE(err == EPIPE || err == ECONNRESET);
+		/* later sends fail with the same error, at once */
+		ASSERT_EQ(exs_send(c, b, 10, 0, EXS_MHANDLE_INVALID, w.q,
+				   NULL), 0);
+		ASSERT_EQ(dequeue_all(w.q, ev, 1, 5000), 1);
+		EXPECT_EQ(ev[0].exs_evt_errno, err);
+		EXPECT_EQ(ev[0].exs_evt_nbytes, 0);
+		/* a receive: the error, not an end of stream */
+		ASSERT_EQ(exs_recv(c, b, 10, 0, EXS_MHANDLE_INVALID, w.q,
+				   NULL), 0);
+		ASSERT_EQ(dequeue_all(w.q, ev, 1, 5000), 1);
+		EXPECT_NE(ev[0].exs_evt_errno, 0);
+		ASSERT_EQ(exs_recv(c, b, 10, 0, EXS_MHANDLE_INVALID, w.q,
+				   NULL), 0);
+		ASSERT_EQ(dequeue_all(w.q, ev, 1, 5000), 1);
+		EXPECT_NE(ev[0].exs_evt_errno, 0);
+		printf("# reset seen after %d sends: %s\n", got, strerror(err));
+	}
+	EXPECT_EQ(exs_qdelete(w.q), 0);
+	close(c);
 }

@@ -607,7 +607,11 @@ struct kiwarp_cqe {
  * with ee_origin SO_EE_ORIGIN_ZEROCOPY and the range [ee_info, ee_data]
  * of the calls done, counted from 0 per socket, one per call that sent
  * bytes. Bytes that are not registered, or a one-sided write, are copied
- * instead and notified at once with ee_code SO_EE_CODE_ZEROCOPY_COPIED.
+ * instead and notified with ee_code SO_EE_CODE_ZEROCOPY_COPIED, in the
+ * order of the calls. At most 64 calls may wait for their notification
+ * (or for room for it on the error queue, charged to SO_RCVBUF): then
+ * MSG_ZEROCOPY sends fail with ENOBUFS until the application reads its
+ * error queue, as with Linux's optmem limit.
  */
 #define IWARP_MREG		9
 #define IWARP_MDEREG		10
@@ -661,7 +665,7 @@ struct iwarp_info {
 	__u32 peer_iomap_size;	/* entries the peer offers (IWARP_IOMAP) */
 	__aligned_u64 zc_bytes;	/* sent from IWARP_MREG memory (MSG_ZEROCOPY) */
 	__u32 mreg_count;	/* IWARP_MREG registrations */
-	__u32 zc_dropped;	/* notifications lost: error queue over SO_RCVBUF */
+	__u32 zc_pending;	/* MSG_ZEROCOPY calls not yet notified */
 };
 
 /* ---------------------------------------------------------------------- */
