@@ -1121,8 +1121,17 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 
 	if (flags & MSG_OOB)
 		return -EOPNOTSUPP;
-	if (flags & MSG_ERRQUEUE)	/* MSG_ZEROCOPY's notifications */
-		return kw_inet_recv_error(sk, msg, len);
+	if (flags & MSG_ERRQUEUE) {	/* MSG_ZEROCOPY's notifications */
+		ret = kw_inet_recv_error(sk, msg, len);
+		/* room on the queue now for notifications that wait for it */
+		if (READ_ONCE(es->zc_head) != READ_ONCE(es->zc_tail) &&
+		    es_lock_brief(es)) {
+			gen0 = es->gen;
+			es_process(es);
+			es_unlock(es, gen0);
+		}
+		return ret;
+	}
 	if (!len)
 		return 0;
 	target = min(target, len);

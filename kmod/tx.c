@@ -43,6 +43,7 @@
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
 #include <linux/highmem.h>
+#include <linux/module.h>
 #include <linux/net.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -104,6 +105,13 @@ static void zcd_put(struct kw_zcd *d)
 		kfree(d);
 }
 
+/*
+ * Each kw_txzc holds a module reference: skbs may outlive the QP, its
+ * socket (an orphan retransmitting) and every open file, and their free
+ * calls us. rmmod says the module is busy until the last one is gone.
+ * (The module_put() is our last statement; in softirq, where callbacks
+ * mostly run, RCU keeps the text until we return.)
+ */
 static void txzc_done(struct kw_txzc *z)
 {
 	struct kw_zcd *d = z->zcd;
@@ -114,6 +122,7 @@ static void txzc_done(struct kw_txzc *z)
 	spin_unlock_bh(&d->lock);
 	zcd_put(d);
 	kfree(z);
+	module_put(THIS_MODULE);
 }
 
 static void txzc_work(struct work_struct *w)
@@ -169,6 +178,7 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 #endif
 	refcount_set(&z->ubuf.refcnt, 1);	/* ours, while sending */
 	z->ubuf.flags = SKBFL_ZEROCOPY_FRAG;
+	__module_get(THIS_MODULE);	/* we run: the module is live */
 	refcount_inc(&qp->zcd->ref);
 	z->zcd = qp->zcd;
 	z->sq_idx = idx;
