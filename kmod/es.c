@@ -602,6 +602,9 @@ static bool es_zc_notify(struct kw_es *es, u32 id, u8 code)
 		sk_error_report(sk);
 		return true;
 	}
+	/* no room: not worth an allocation (sock_queue_err_skb() decides) */
+	if (atomic_read(&sk->sk_rmem_alloc) >= READ_ONCE(sk->sk_rcvbuf))
+		return false;
 	skb = alloc_skb(0, GFP_KERNEL);
 	if (!skb)
 		return false;
@@ -680,7 +683,7 @@ static bool es_process(struct kw_es *es)
 		any = true;
 		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))
 			es->sq_cqes--;	/* ours all carry a kind */
-		/* flushed too: the pages are no longer in use */
+		/* a flushed one too, as any flushed WR (tx.c, qp.c) */
 		if (cqe.opcode != KIWARP_WR_RECV && cqe.wr_id == ES_WR_ZC)
 			es->zc_done++;
 		if (cqe.opcode != KIWARP_WR_RECV &&
@@ -929,10 +932,11 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	 * caller brings its own ubuf_info (io_uring's send-zc, which counts
 	 * on the pages being free when we return: our copy makes them so).
 	 */
-	bool zc_req = (msg->msg_flags & MSG_ZEROCOPY) &&
+	bool zc_req = (msg->msg_flags & MSG_ZEROCOPY) && len &&
 		      sock_flag(sk, SOCK_ZEROCOPY) && !msg->msg_ubuf;
 	bool zc_rsv = false;	/* its zc_q entry is reserved */
 	bool zc_open = false;	/* posted from a registration */
+	bool zc_copy = false;	/* ... and copied some */
 	size_t copied = 0;
 	u64 iow_pos = 0, end;
 	int ret = 0, iow;
@@ -1017,6 +1021,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				}
 				continue;
 			}
+			zc_copy = true;
 			off = es->sb_off;
 			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
 				 es->sbuf_size - off);
@@ -1048,7 +1053,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			}
 		}
 		if (zc_rsv && (ret || copied == len)) {
-			es_zc_close(es, copied, zc_open);
+			es_zc_close(es, copied, zc_open && !zc_copy);
 			zc_rsv = false;
 		}
 		gen = es->gen;
@@ -1065,7 +1070,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 		/* the wait ended it: a signal, the timeout */
 		mutex_lock(&es->lock);
 		gen0 = es->gen;
-		es_zc_close(es, copied, zc_open);
+		es_zc_close(es, copied, zc_open && !zc_copy);
 		es_unlock(es, gen0);
 	}
 	if (copied)
@@ -1125,7 +1130,7 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		ret = kw_inet_recv_error(sk, msg, len);
 		/* room on the queue now for notifications that wait for it */
 		if (READ_ONCE(es->zc_head) != READ_ONCE(es->zc_tail) &&
-		    es_lock_brief(es)) {
+		    (nonblock ? mutex_trylock(&es->lock) : es_lock_brief(es))) {
 			gen0 = es->gen;
 			es_process(es);
 			es_unlock(es, gen0);
@@ -1790,7 +1795,9 @@ static int es_reg_user(struct kw_es *es, struct kiwarp_reg_mr *mr)
 
 	mr->access = access | KIWARP_ACCESS_LOCAL_WRITE;
 	ret = kw_mr_reg(es->ctx, mr);
-	if (ret == -EFAULT && !(access & KIWARP_ACCESS_LOCAL_WRITE)) {
+	/* read-only memory, or shared file pages a writable pin refuses */
+	if ((ret == -EFAULT || ret == -EOPNOTSUPP) &&
+	    !(access & KIWARP_ACCESS_LOCAL_WRITE)) {
 		mr->access = access;	/* read-only memory */
 		ret = kw_mr_reg(es->ctx, mr);
 	}

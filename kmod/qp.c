@@ -337,7 +337,7 @@ static void sq_complete_locked(struct kw_qp *qp)
 		struct kw_wr *wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
 
 		wr_check_acked(qp, wr);
-		if (!wr->done)
+		if (!wr->done || wr->held)
 			break;
 		cqe = cqe_of(qp, wr, wr->wqe.opcode, 0, 0);
 		signal = wr->signaled || wr->status != KIWARP_WC_SUCCESS;
@@ -361,6 +361,22 @@ static void sq_complete_locked(struct kw_qp *qp)
 }
 
 /* Returns true if the oldest WR still waits for its data to be acked. */
+/*
+ * No skb holds the pages of send WR idx any more (tx.c, a ubuf's last
+ * reference): it may complete. Any context but hard IRQ; zcd->lock held.
+ */
+void kw_qp_wr_released(struct kw_qp *qp, u32 idx)
+{
+	spin_lock_bh(&qp->lock);
+	/* held WRs do not complete, so idx is still theirs */
+	if ((s32)(idx - qp->sq_compl) >= 0 &&
+	    (s32)(qp->sq_pulled - idx) > 0) {
+		qp->sq_wr[idx & (qp->sq.entries - 1)].held = false;
+		sq_complete_locked(qp);
+	}
+	spin_unlock_bh(&qp->lock);
+}
+
 bool kw_qp_sq_complete(struct kw_qp *qp)
 {
 	bool waiting;
@@ -460,6 +476,13 @@ static void flush_locked(struct kw_qp *qp)
 	 * with the peer's FIN that brought us here) was delivered: it
 	 * completes successfully rather than flushed. (Its end sequence is
 	 * known from the moment its transmission starts, see tx_pick_sq().)
+	 *
+	 * A flushed WR sent by reference completes now, as on an RNIC,
+	 * although TCP may still hold its pages (unacknowledged: a peer with
+	 * a closed window keeps them there). Waiting for their release would
+	 * hang the flush for as long as that peer likes; that TCP could
+	 * still send them later is a known limit (security.md). An
+	 * acknowledged one waits for its release (a clone in a queue).
 	 */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
@@ -467,6 +490,7 @@ static void flush_locked(struct kw_qp *qp)
 		wr_check_acked(qp, wr);
 		if (!wr->done) {
 			wr->done = true;
+			wr->held = false;
 			wr->status = KIWARP_WC_WR_FLUSH_ERR;
 		}
 	}
@@ -553,6 +577,7 @@ void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 		if (wr->done)
 			continue;
 		wr->done = true;
+		wr->held = false;	/* as a flush: see flush_locked() */
 		wr->status = status;
 		wr->term = *ti;
 		break;
@@ -810,6 +835,7 @@ err_free:
 static void qp_teardown(struct kw_qp *qp)
 {
 	struct kw_ctx *ctx = qp->ctx;
+	u32 i;
 
 	spin_lock_bh(&qp->lock);
 	WRITE_ONCE(qp->dying, true);
@@ -834,9 +860,13 @@ static void qp_teardown(struct kw_qp *qp)
 	mutex_unlock(&qp->tx_mutex);
 	mutex_unlock(&qp->cm_lock);
 
+	/* skbs still in flight: their release no longer reaches the QP */
+	kw_tx_zc_detach(qp);
 	spin_lock_bh(&qp->lock);
 	qp->state = KIWARP_QPS_ERROR;
 	sq_pull_locked(qp);
+	for (i = qp->sq_compl; i != qp->sq_pulled; i++)
+		qp->sq_wr[i & (qp->sq.entries - 1)].held = false;
 	flush_locked(qp);
 	qp->cq_detached = true;
 	spin_unlock_bh(&qp->lock);

@@ -63,6 +63,8 @@ struct kw_wr {
 	u8 status;			/* KIWARP_WC_* */
 	bool done;			/* ready to complete (in order) */
 	bool await_ack;			/* sent; done once TCP acked end_seq */
+	bool held;			/* sent by page reference: completes
+					 * once no skb holds the pages (tx.c) */
 	u32 end_seq;			/* TCP sequence after its last byte */
 	bool signaled;
 	struct kiwarp_term_info term;	/* with an error status */
@@ -189,6 +191,8 @@ struct kw_qp {
 	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE
 				 * (0: everything was pushed) */
 	bool tx_copy;		/* SQ payload copied, done when in TCP */
+	struct kw_txzc *tx_zc;	/* ... or by reference: its ubuf_info */
+	struct kw_zcd *zcd;	/* the QP as the ubuf callbacks see it */
 	bool tx_local_done;	/* a Local Invalidate finished: complete it */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */
 	u32 tx_sq_idx;		/* for SQ WRs */
@@ -304,6 +308,8 @@ void kw_rx_release(struct kw_qp *qp);
 /* tx.c */
 void kw_tx_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
+void kw_tx_zc_detach(struct kw_qp *qp);
+void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);
 
 extern struct workqueue_struct *kw_wq, *kw_bulk_wq;

@@ -27,10 +27,23 @@
  * All socket calls are non-blocking: on -EAGAIN we keep the batch and how
  * many of its bytes TCP accepted, and sk_write_space requeues the work.
  *
+ * When a WR sent by reference is done with its pages: TCP's ACK is not
+ * enough. A receiver on the same host (loopback, veth) queues the very
+ * skbs we built, frags and all, and TCP acknowledges them there whether or
+ * not anybody reads them: a peer that leaves its socket unread would read
+ * the buffer as the application rewrote it after the completion. So such
+ * a WR's batches go with MSG_ZEROCOPY and a ubuf_info of its own (struct
+ * kw_txzc, as io_uring's zero-copy send does), which TCP links to every
+ * skb that carries its pages. Local delivery copies those frags
+ * (skb_orphan_frags_rx()) and lets ours go; the ubuf's last reference goes
+ * with the last skb, acknowledged or purged. Until then the WR is held
+ * (kw_wr.held): its completion, and its MR references, wait.
+ *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
 #include <linux/highmem.h>
+#include <linux/module.h>
 #include <linux/net.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -39,10 +52,14 @@
 
 #define KW_RTR_STAG	1	/* what siw and hardware RNICs put in an RTR */
 
+static void tx_zc_end(struct kw_qp *qp);
+
+/* The message is over (sent or abandoned): our references go. */
 static void tx_drop_refs(struct kw_qp *qp)
 {
 	kw_mr_put_array(qp->tx_mr, KIWARP_MAX_SGE);
 	qp->tx_nsge = 0;
+	tx_zc_end(qp);
 }
 
 /* Forget the batch and drop our references on its fragments. */
@@ -59,6 +76,151 @@ static void tx_batch_reset(struct kw_qp *qp)
 	qp->tx_batch_copy = false;
 	qp->tx_trl_len = 0;
 	qp->tx_chunk_bv = false;	/* tx_chunk itself stays (tx_stream_room) */
+}
+
+/*
+ * The ubufs of by-reference WRs. A kw_txzc lives until its last reference:
+ * ours while the message is transmitted (tx_zc_end()), and one for each
+ * skb TCP built on its pages; it keeps the QP's kw_zcd, which outlives the
+ * QP as long as any skb does. zcd->lock: the QP pointer (NULL once the QP
+ * is torn down, kw_tx_zc_detach()); taken before qp->lock, in the
+ * callback's context (softirq, under the socket's lock, or process).
+ */
+struct kw_zcd {
+	refcount_t ref;
+	spinlock_t lock;
+	struct kw_qp *qp;
+};
+
+struct kw_txzc {
+	struct ubuf_info ubuf;
+	struct kw_zcd *zcd;
+	u32 sq_idx;			/* its WR, held until we are done */
+	struct work_struct work;	/* txzc_done() from hard IRQ */
+};
+
+static void zcd_put(struct kw_zcd *d)
+{
+	if (refcount_dec_and_test(&d->ref))
+		kfree(d);
+}
+
+/*
+ * Each kw_txzc holds a module reference: skbs may outlive the QP, its
+ * socket (an orphan retransmitting) and every open file, and their free
+ * calls us. rmmod says the module is busy until the last one is gone.
+ * (The module_put() is our last statement; in softirq, where callbacks
+ * mostly run, RCU keeps the text until we return.)
+ */
+static void txzc_done(struct kw_txzc *z)
+{
+	struct kw_zcd *d = z->zcd;
+
+	spin_lock_bh(&d->lock);
+	if (d->qp)
+		kw_qp_wr_released(d->qp, z->sq_idx);
+	spin_unlock_bh(&d->lock);
+	zcd_put(d);
+	kfree(z);
+	module_put(THIS_MODULE);
+}
+
+static void txzc_work(struct work_struct *w)
+{
+	txzc_done(container_of(w, struct kw_txzc, work));
+}
+
+/* TCP (or we) dropped a reference: the last one releases the WR. */
+static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
+			  bool zerocopy_success)
+{
+	struct kw_txzc *z = container_of(uarg, struct kw_txzc, ubuf);
+
+	if (!refcount_dec_and_test(&uarg->refcnt))
+		return;
+	/* skbs are freed in softirq or process context; not ours to assume */
+	if (in_hardirq() || irqs_disabled())
+		queue_work(system_wq, &z->work);
+	else
+		txzc_done(z);
+}
+
+#ifdef KW_HAVE_UBUF_INFO_OPS
+static const struct ubuf_info_ops txzc_ops = {
+	.complete = txzc_complete,
+};
+#endif
+
+/*
+ * A ubuf for the WR at idx that is about to go by reference; NULL (the
+ * WR is copied instead) if memory is short. qp->lock held.
+ */
+static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
+{
+	struct kw_txzc *z;
+
+	lockdep_assert_held(&qp->lock);
+	if (!qp->zcd) {
+		qp->zcd = kmalloc(sizeof(*qp->zcd), GFP_ATOMIC);
+		if (!qp->zcd)
+			return NULL;
+		refcount_set(&qp->zcd->ref, 1);	/* the QP's */
+		spin_lock_init(&qp->zcd->lock);
+		qp->zcd->qp = qp;
+	}
+	z = kzalloc(sizeof(*z), GFP_ATOMIC);
+	if (!z)
+		return NULL;
+#ifdef KW_HAVE_UBUF_INFO_OPS
+	z->ubuf.ops = &txzc_ops;
+#else
+	z->ubuf.callback = txzc_complete;
+#endif
+	refcount_set(&z->ubuf.refcnt, 1);	/* ours, while sending */
+	/*
+	 * As MSG_ZEROCOPY's own: without DONT_ORPHAN, the clone TCP makes
+	 * of every skb it sends (skb_clone() -> skb_orphan_frags()) copied
+	 * the frags at once, cleared the pure-zerocopy flag of skbs whose
+	 * frags TCP never charged, and their free then uncharged what was
+	 * never charged (page_counter underflow, sk_forward_alloc at
+	 * destruction). Local delivery copies all the same
+	 * (skb_orphan_frags_rx() ignores DONT_ORPHAN).
+	 */
+	z->ubuf.flags = SKBFL_ZEROCOPY_FRAG | SKBFL_DONT_ORPHAN;
+	__module_get(THIS_MODULE);	/* we run: the module is live */
+	refcount_inc(&qp->zcd->ref);
+	z->zcd = qp->zcd;
+	z->sq_idx = idx;
+	INIT_WORK(&z->work, txzc_work);
+	return z;
+}
+
+/* Drop our ubuf reference (tx_drop_refs()). Not under qp->lock. */
+static void tx_zc_end(struct kw_qp *qp)
+{
+	struct kw_txzc *z = qp->tx_zc;
+
+	if (!z)
+		return;
+	qp->tx_zc = NULL;
+	txzc_complete(NULL, &z->ubuf, true);
+}
+
+/*
+ * Teardown, after the transmit stopped: the QP is about to go; callbacks
+ * of skbs still in flight find no QP from now on.
+ */
+void kw_tx_zc_detach(struct kw_qp *qp)
+{
+	struct kw_zcd *d = qp->zcd;
+
+	if (!d)
+		return;
+	spin_lock_bh(&d->lock);
+	d->qp = NULL;
+	spin_unlock_bh(&d->lock);
+	qp->zcd = NULL;
+	zcd_put(d);
 }
 
 /* Teardown: tx_work is cancelled; drop what its cursor still holds. */
@@ -427,8 +589,12 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	struct msghdr msg = { .msg_flags = flags };
 
 	/* a page that is not sendpage_ok() (slab) must be copied */
-	if (!qp->tx_copy && !qp->tx_batch_copy)
+	if (qp->tx_zc && !qp->tx_batch_copy) {
+		msg.msg_flags |= MSG_ZEROCOPY;
+		msg.msg_ubuf = &qp->tx_zc->ubuf;
+	} else if (!qp->tx_copy && !qp->tx_batch_copy) {
 		msg.msg_flags |= MSG_SPLICE_PAGES;
+	}
 	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec, qp->tx_nbv,
 		      qp->tx_batch_len);
 	iov_iter_advance(&msg.msg_iter, qp->tx_batch_sent);
@@ -450,9 +616,15 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	u32 skip = qp->tx_batch_sent, i;
 	int sent = 0, ret = 0;
 
-	if (qp->tx_copy) {	/* one sendmsg() copies the whole batch */
+	/* one sendmsg(): copies (a tx_zc batch with a slab page too), or
+	 * references the pages for tx_zc */
+	if (qp->tx_copy || qp->tx_zc) {
 		struct msghdr msg = { .msg_flags = flags };
 
+		if (!qp->tx_copy && !qp->tx_batch_copy) {
+			msg.msg_flags |= MSG_ZEROCOPY;
+			msg.msg_ubuf = &qp->tx_zc->ubuf;
+		}
 		iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec,
 			      qp->tx_nbv, qp->tx_batch_len);
 		iov_iter_advance(&msg.msg_iter, skip);
@@ -738,7 +910,12 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		 * acknowledged, when the pages are no longer needed.
 		 */
 		qp->tx_copy = wr->len <= qp->copy_max;
+		if (!qp->tx_copy) {
+			qp->tx_zc = txzc_new(qp, idx);
+			qp->tx_copy = !qp->tx_zc;	/* no memory: copy */
+		}
 		wr->await_ack = !qp->tx_copy;
+		wr->held = !qp->tx_copy;
 		return true;
 	}
 	return false;

@@ -1162,3 +1162,75 @@ TEST(zero_copy_and_completion_on_ack)
 	munmap(buf, ZC_LEN);
 }
 
+/*
+ * The attacker's side of completion on ACK: a peer on the same host that
+ * leaves its socket unread. TCP acknowledges what it queued there, and
+ * once skbs carried our pages into that queue, an ACK says nothing about
+ * the pages. A 48 KiB Write (by reference: over copy_max, and within the
+ * peer's initial receive window) goes to the raw peer, which reads nothing until the Write completed and the
+ * application rewrote its whole buffer (as a server would, for its next
+ * client). The peer must then read the bytes as they were posted: kiwarp
+ * completes a WR only once no skb holds its pages (here: local delivery
+ * copied them), never the rewritten ones.
+ */
+TEST(zero_copy_completion_leaks_nothing_to_an_unread_local_peer)
+{
+	static struct kend k;
+	static struct rv_sink s;
+	static struct kw_rx rx;
+	const uint32_t len = 48U << 10;
+	struct kiwarp_cqe cqe;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	uint64_t j;
+	int inq = 0, n;
+	double end;
+
+	memset(&k, 0, sizeof(k));
+	memset(&s, 0, sizeof(s));
+	ASSERT_EQ(kend_init(&k), 0);
+	ASSERT_EQ(raw_connect(&k), 0);
+	ASSERT_EQ(rp_send_rtr(&(struct rp){ k.raw, k.crc }, KW_OP_WRITE), 0);
+	buf = mmap(NULL, ZC_LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	for (j = 0; j < len; j++)
+		buf[j] = rv_old(j);
+	ASSERT_EQ(kw_reg_mr(k.pd, buf, len, KIWARP_ACCESS_LOCAL_WRITE, &mr), 0);
+	{
+		struct kiwarp_sge sge = { .addr = (uintptr_t)buf,
+					  .length = len, .lkey = mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = 2, .opcode = KIWARP_WR_RDMA_WRITE,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1,
+			.sg_list = &sge, .remote_addr = 0, .rkey = ZC_STAG,
+		};
+
+		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+	}
+	end = now() + 20;
+	while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && now() < end)
+		usleep(10000);
+	ASSERT_EQ(n, 1);
+	EXPECT_EQ(cqe.wr_id, 2);
+	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	ASSERT_EQ(ioctl(k.raw, FIONREAD, &inq), 0);
+	printf("# completed with %d B unread at the peer\n", inq);
+	EXPECT_GT(inq, (int)len);	/* all of it, not read yet */
+	/* the application reuses its buffer, as the completion allows */
+	for (j = 0; j < len; j++)
+		buf[j] = rv_new(j);
+	zc_lo = zc_hi = 0;		/* every byte must be as posted */
+	kw_rx_init(&rx, &zc_ops, &s, false, 0);
+	rv_read(&k, &rx, &s, len, 30);
+	printf("# peer got %llu B: %llu as posted, %llu rewritten after the completion\n",
+	       (unsigned long long)s.placed, (unsigned long long)s.old_bytes,
+	       (unsigned long long)s.new_bytes);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	EXPECT_EQ(s.placed, len);
+	EXPECT_EQ(s.old_bytes, len);
+	EXPECT_EQ(s.new_bytes, 0);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&k);
+	munmap(buf, ZC_LEN);
+}
