@@ -907,7 +907,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		 * Up to copy_max bytes are copied into the socket and the WR
 		 * completes as soon as TCP has them (tx_finish()); larger
 		 * ones go by page reference and complete once TCP saw them
-		 * acknowledged, when the pages are no longer needed.
+		 * acknowledged and no skb holds the pages (tx_zc, above).
 		 */
 		qp->tx_copy = wr->len <= qp->copy_max;
 		if (!qp->tx_copy) {
