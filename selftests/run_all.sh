@@ -127,15 +127,15 @@ single bench-smoke bench_smoke
 # prepares them; kiwarp.ko is built for each, siw from each kernel's own
 # source). KIWARP_KERNELS narrows the list for a quick local run. To keep
 # make check under an hour there: the interop matrix without its 1 MiB and
-# 16 MiB cells (--quick), 20-s fuzz smokes, es_apps in its iwarp mode only
-# (the full forms run on 6.1 above). The debug tier runs 30-s smokes and
+# 16 MiB cells (--quick), 15-s fuzz smokes, es_apps in its iwarp mode only
+# (the full forms run on 6.1 above). The debug tier runs 20-s smokes and
 # kw_rdma up to 1 MiB (16 MiB cells run on the three other kernels).
 vm_kernel() {
 	local env
 
 	env=$(scripts/kernel --kiwarp "$1") || return 1
 	KIWARP_KO=$(sed -n 's/^KIWARP_KO=//p' <<<"$env") \
-	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=20 \
+	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=15 \
 	scripts/vm-run --kernel "$1" --accel tcg --timeout "$VM_TIMEOUT" \
 		--append preempt=full -- selftests/vm/run.sh
 }
@@ -160,7 +160,7 @@ debug_tier() {
 	eval "$env"
 	# the examples (16 MiB each way, one minute under KASAN) add no
 	# kernel path kw_es's one-sided tests do not run here too
-	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=30 \
+	KIWARP_ES_APPS_MODES=iwarp KIWARP_SMOKE_SECONDS=20 \
 	KIWARP_RDMA_MAX_SIZE=1048576 KIWARP_ES_APPS_EXAMPLES=0 \
 	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
 		--append "$(cat kernel/debug.cmdline)" \
