@@ -586,6 +586,17 @@ void kw_cm_shutdown(struct kw_qp *qp)
 }
 
 /*
+ * Reset the stream (RFC 793 abort): TCP drops what it still had to send,
+ * our skbs with it, and the peer sees a RST. The socket stays ours.
+ */
+void kw_cm_abort(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->tx_mutex);
+	if (qp->sock && READ_ONCE(qp->sock->sk->sk_state) != TCP_CLOSE)
+		tcp_abort(qp->sock->sk, ECONNABORTED);
+}
+
+/*
  * Destroy: a CONNECT/ACCEPT/ACCEPT_REPLY in the middle of the MPA exchange
  * may be blocked on the socket with cm_lock held. Shutting the socket down
  * makes its send or receive fail at once, so cm_lock is released soon.
@@ -630,6 +641,14 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	if (!sock)
 		return;
 	kw_cm_uninstall(qp);
+	/*
+	 * TCP still has unacknowledged data of WRs sent by reference: their
+	 * pages go back to the application (or are unpinned) now, so that
+	 * data must not go out any more. Reset at once, also a socket that
+	 * outlives the QP (a user's fd, es.c's).
+	 */
+	if (kw_qp_zc_in_tcp(qp))
+		kw_cm_abort(qp);
 	/*
 	 * Abortive (RST) only with work requests still outstanding; a
 	 * drained QP, also one closed in order or already flushed by an

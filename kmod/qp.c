@@ -360,7 +360,25 @@ static void sq_complete_locked(struct kw_qp *qp)
 		kw_qp_queue(qp, &qp->tx_work);
 }
 
-/* Returns true if the oldest WR still waits for its data to be acked. */
+/*
+ * Is any data of a WR sent by reference still in TCP, not acknowledged?
+ * TCP would transmit it from the WR's pages whenever the peer lets it.
+ */
+bool kw_qp_zc_in_tcp(struct kw_qp *qp)
+{
+	bool in_tcp = false;
+	u32 i;
+
+	spin_lock_bh(&qp->lock);
+	for (i = qp->sq_compl; i != qp->sq_pulled && !in_tcp; i++) {
+		const struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
+
+		in_tcp = wr->held && !wr_acked(qp, wr);
+	}
+	spin_unlock_bh(&qp->lock);
+	return in_tcp;
+}
+
 /*
  * No skb holds the pages of send WR idx any more (tx.c, a ubuf's last
  * reference): it may complete. Any context but hard IRQ; zcd->lock held.
@@ -377,6 +395,7 @@ void kw_qp_wr_released(struct kw_qp *qp, u32 idx)
 	spin_unlock_bh(&qp->lock);
 }
 
+/* Complete what can; returns true if the oldest WR waits for its ACK. */
 bool kw_qp_sq_complete(struct kw_qp *qp)
 {
 	bool waiting;
@@ -477,12 +496,12 @@ static void flush_locked(struct kw_qp *qp)
 	 * completes successfully rather than flushed. (Its end sequence is
 	 * known from the moment its transmission starts, see tx_pick_sq().)
 	 *
-	 * A flushed WR sent by reference completes now, as on an RNIC,
-	 * although TCP may still hold its pages (unacknowledged: a peer with
-	 * a closed window keeps them there). Waiting for their release would
-	 * hang the flush for as long as that peer likes; that TCP could
-	 * still send them later is a known limit (security.md). An
-	 * acknowledged one waits for its release (a clone in a queue).
+	 * A flushed WR sent by reference stays held until no skb has its
+	 * pages: TCP would still send them (and the application's next use
+	 * of the buffer with them) once the peer opens its window. A peer
+	 * that never does cannot hold the flush: err_work shuts the stream
+	 * down and, if such data is still in TCP a little later, resets it
+	 * (abort_work), which frees the skbs.
 	 */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
@@ -490,7 +509,7 @@ static void flush_locked(struct kw_qp *qp)
 		wr_check_acked(qp, wr);
 		if (!wr->done) {
 			wr->done = true;
-			wr->held = false;
+			wr->await_ack = false;
 			wr->status = KIWARP_WC_WR_FLUSH_ERR;
 		}
 	}
@@ -577,7 +596,7 @@ void kw_qp_term_received(struct kw_qp *qp, const struct kiwarp_term_info *ti,
 		if (wr->done)
 			continue;
 		wr->done = true;
-		wr->held = false;	/* as a flush: see flush_locked() */
+		wr->await_ack = false;	/* as a flush: see flush_locked() */
 		wr->status = status;
 		wr->term = *ti;
 		break;
@@ -660,6 +679,42 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 	kw_qp_kick_tx(qp);
 }
 
+/*
+ * How long a QP in ERROR lets TCP deliver what it still has of WRs sent by
+ * reference (and the Terminate behind them) before resetting the stream.
+ */
+#define KW_ZC_ABORT_DELAY	(2 * HZ)
+
+static void qp_queue_abort(struct kw_qp *qp)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_delayed_work(kw_wq, &qp->abort_work, KW_ZC_ABORT_DELAY))
+		kw_qp_put(qp);
+}
+
+/*
+ * abort_work: the QP has been in ERROR for KW_ZC_ABORT_DELAY and TCP still
+ * has unacknowledged data of WRs sent by reference (a peer with its window
+ * closed). Those WRs are flushed but wait for their pages (flush_locked());
+ * the reset purges TCP's queue and so releases them.
+ */
+static void abort_work(struct work_struct *w)
+{
+	struct kw_qp *qp = container_of(to_delayed_work(w), struct kw_qp,
+					abort_work);
+
+	mutex_lock(&qp->tx_mutex);	/* keeps qp->sock */
+	if (!READ_ONCE(qp->dying) && kw_qp_zc_in_tcp(qp)) {
+		pr_debug("kiwarp: qp %u: by-reference data still unacknowledged in ERROR: resetting the stream\n",
+			 qp->handle);
+		kw_cm_abort(qp);
+	}
+	mutex_unlock(&qp->tx_mutex);
+	kw_qp_put(qp);	/* the reference qp_queue_abort() took */
+}
+
 /* err_work: the QP goes to ERROR and its stream is closed. */
 static void qp_error_now(struct kw_qp *qp)
 {
@@ -677,7 +732,11 @@ static void qp_error_now(struct kw_qp *qp)
 	}
 	mutex_lock(&qp->tx_mutex);	/* keeps qp->sock (see qp.h) */
 	kw_cm_shutdown(qp);
+	/* nothing more gets into TCP: the message in progress is over */
+	kw_tx_abandon(qp);
 	mutex_unlock(&qp->tx_mutex);
+	if (kw_qp_zc_in_tcp(qp))
+		qp_queue_abort(qp);
 }
 
 static void err_work(struct work_struct *w)
@@ -754,6 +813,7 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	mutex_init(&qp->tx_mutex);
 	INIT_WORK(&qp->tx_work, kw_tx_work);
 	INIT_WORK(&qp->err_work, err_work);
+	INIT_DELAYED_WORK(&qp->abort_work, abort_work);
 	qp->ctx = ctx;
 	qp->state = KIWARP_QPS_IDLE;
 	qp->sig_all = arg->flags & KIWARP_QP_SIGNAL_ALL;
@@ -853,6 +913,9 @@ static void qp_teardown(struct kw_qp *qp)
 	if (cancel_work_sync(&qp->tx_work))
 		kw_qp_put(qp);	/* it was queued, holding a reference */
 	if (cancel_work_sync(&qp->err_work))
+		kw_qp_put(qp);
+	/* after err_work, which queues it; kw_cm_release_sock() resets */
+	if (cancel_delayed_work_sync(&qp->abort_work))
 		kw_qp_put(qp);
 	/* waits for an inline transmit in a racing doorbell */
 	mutex_lock(&qp->tx_mutex);

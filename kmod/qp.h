@@ -226,6 +226,8 @@ struct kw_qp {
 	u8 term_buf[KW_TERM_MAX_LEN];
 	u32 term_len;
 	struct work_struct err_work;	/* flush in process context */
+	struct delayed_work abort_work;	/* ERROR left by-reference data in
+					 * TCP: reset the stream (qp.c) */
 
 	/* statistics */
 	u64 tx_bytes, rx_bytes;
@@ -254,6 +256,7 @@ void kw_qp_local_error_locked(struct kw_qp *qp);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
 bool kw_qp_sq_complete(struct kw_qp *qp);
+bool kw_qp_zc_in_tcp(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
 void kw_qp_queue(struct kw_qp *qp, struct work_struct *w);
@@ -269,6 +272,7 @@ void kw_cm_uninstall(struct kw_qp *qp);
 void kw_cm_release_sock(struct kw_qp *qp);	/* cm_lock + tx_mutex held */
 void kw_cm_shutdown(struct kw_qp *qp);		/* tx_mutex held */
 void kw_cm_abort_setup(struct kw_qp *qp);	/* tx_mutex held */
+void kw_cm_abort(struct kw_qp *qp);		/* tx_mutex held */
 int kw_sendmsg(struct kw_qp *qp, struct msghdr *msg, struct kvec *vec,
 	       size_t num, size_t len);	/* tx_mutex or cm_lock held */
 void kw_cm_exit(void);
@@ -308,6 +312,7 @@ void kw_rx_release(struct kw_qp *qp);
 /* tx.c */
 void kw_tx_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
+void kw_tx_abandon(struct kw_qp *qp);
 void kw_tx_zc_detach(struct kw_qp *qp);
 void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);

@@ -237,6 +237,24 @@ void kw_tx_release(struct kw_qp *qp)
 }
 
 /*
+ * The stream is shut down (err_work): the message in progress can never be
+ * finished. Drop it, and our references: a WR sent by reference waits for
+ * our ubuf reference too.
+ */
+void kw_tx_abandon(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->tx_mutex);
+	if (!qp->tx_active)
+		return;
+	spin_lock_bh(&qp->lock);
+	qp->tx_active = false;
+	qp->tx_kind = KW_TXK_NONE;
+	spin_unlock_bh(&qp->lock);
+	tx_batch_reset(qp);
+	tx_drop_refs(qp);
+}
+
+/*
  * Find the byte at payload offset off: which SGE, and the offset within
  * that SGE's MR.
  */

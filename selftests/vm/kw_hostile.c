@@ -1060,6 +1060,62 @@ static const struct kw_rx_ops zc_ops = {
 };
 
 /*
+ * A signaled RDMA Write of the whole ZC_LEN buffer (CRC off, so by
+ * reference), posted by kiwarp as the responder to a raw peer that reads
+ * nothing, until kiwarp's transmit stalls on the full socket: the stream
+ * bytes TCP took (*took: unread at the peer, or *outq of them still in
+ * kiwarp's send queue, SIOCOUTQ on the fd it owns) stop growing.
+ */
+static void zc_stall(struct kend *k, uint8_t **bufp, struct kw_mr **mr,
+		     uint64_t *took, int *outq, int *kwt_fail)
+{
+	struct kiwarp_cqe cqe;
+	uint8_t *buf;
+	uint64_t j;
+	double end;
+	int inq;
+
+	memset(k, 0, sizeof(*k));
+	ASSERT_EQ(kend_init(k), 0);
+	ASSERT_EQ(raw_connect(k), 0);
+	/* kiwarp, the responder, sends once our first FPDU came in
+	 * (RFC 5044 section 7.1.2): a zero-length Write */
+	ASSERT_EQ(rp_send_rtr(&(struct rp){ k->raw, k->crc }, KW_OP_WRITE), 0);
+	buf = mmap(NULL, ZC_LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	*bufp = buf;
+	for (j = 0; j < ZC_LEN; j++)
+		buf[j] = rv_old(j);
+	ASSERT_EQ(kw_reg_mr(k->pd, buf, ZC_LEN, KIWARP_ACCESS_LOCAL_WRITE, mr),
+		  0);
+	{
+		struct kiwarp_sge sge = { .addr = (uintptr_t)buf,
+					  .length = ZC_LEN,
+					  .lkey = (*mr)->stag };
+		struct kw_send_wr wr = {
+			.wr_id = 1, .opcode = KIWARP_WR_RDMA_WRITE,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1,
+			.sg_list = &sge, .remote_addr = 0, .rkey = ZC_STAG,
+		};
+
+		ASSERT_EQ(kw_post_send(k->qp, &wr, 1), 1);
+	}
+	*took = 0;
+	end = now() + 10;
+	do {
+		usleep(300000);
+		ASSERT_EQ(ioctl(k->raw, FIONREAD, &inq), 0);
+		ASSERT_EQ(ioctl(k->sock, SIOCOUTQ, outq), 0);
+		if ((uint64_t)inq + *outq == *took)
+			break;
+		*took = (uint64_t)inq + *outq;
+	} while (now() < end);
+	ASSERT_EQ(kw_poll_cq(k->cq, 1, &cqe), 0);	/* nothing acknowledged */
+	ASSERT_GT(*outq, 256 * 1024);
+}
+
+/*
  * kiwarp transmits from the registered pages by reference and completes a
  * WR only once TCP has the data acknowledged (architecture.md, "transmit
  * path"), on every kernel interface (sendpage, MSG_SPLICE_PAGES). The peer
@@ -1077,51 +1133,13 @@ TEST(zero_copy_and_completion_on_ack)
 	struct kiwarp_query_qp q;
 	struct kiwarp_cqe cqe;
 	struct kw_mr *mr;
-	uint64_t j, tx, took = 0;
+	uint64_t j, tx, took;
 	uint8_t *buf;
-	int inq, outq, n;
+	int outq, n;
 	double end;
 
-	memset(&k, 0, sizeof(k));
 	memset(&s, 0, sizeof(s));
-	ASSERT_EQ(kend_init(&k), 0);
-	ASSERT_EQ(raw_connect(&k), 0);
-	/* kiwarp, the responder, sends once our first FPDU came in
-	 * (RFC 5044 section 7.1.2): a zero-length Write */
-	ASSERT_EQ(rp_send_rtr(&(struct rp){ k.raw, k.crc }, KW_OP_WRITE), 0);
-	buf = mmap(NULL, ZC_LEN, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_TRUE(buf != MAP_FAILED);
-	for (j = 0; j < ZC_LEN; j++)
-		buf[j] = rv_old(j);
-	ASSERT_EQ(kw_reg_mr(k.pd, buf, ZC_LEN, KIWARP_ACCESS_LOCAL_WRITE, &mr),
-		  0);
-	{
-		struct kiwarp_sge sge = { .addr = (uintptr_t)buf,
-					  .length = ZC_LEN, .lkey = mr->stag };
-		struct kw_send_wr wr = {
-			.wr_id = 1, .opcode = KIWARP_WR_RDMA_WRITE,
-			.flags = KW_SEND_SIGNALED, .num_sge = 1,
-			.sg_list = &sge, .remote_addr = 0, .rkey = ZC_STAG,
-		};
-
-		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
-	}
-	/*
-	 * Until kiwarp's transmit stalls on the full socket: the stream bytes
-	 * TCP took (in our receive queue, unread, or in kiwarp's send queue,
-	 * SIOCOUTQ on the fd it owns) stop growing.
-	 */
-	end = now() + 10;
-	do {
-		usleep(300000);
-		ASSERT_EQ(ioctl(k.raw, FIONREAD, &inq), 0);
-		ASSERT_EQ(ioctl(k.sock, SIOCOUTQ, &outq), 0);
-		if ((uint64_t)inq + outq == took)
-			break;
-		took = (uint64_t)inq + outq;
-	} while (now() < end);
-	ASSERT_EQ(kw_poll_cq(k.cq, 1, &cqe), 0);	/* nothing acknowledged */
+	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
 	memset(&q, 0, sizeof(q));
 	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
 	/*
@@ -1132,13 +1150,12 @@ TEST(zero_copy_and_completion_on_ack)
 	 */
 	tx = took * q.mulpdu / (q.mulpdu + 24);
 	ASSERT_LT(tx, ZC_LEN);
-	ASSERT_GT(outq, 256 * 1024);
 	zc_hi = tx - 4096;
 	zc_lo = tx - outq / 2;
 	for (j = zc_lo; j < zc_hi; j++)
 		buf[j] = rv_new(j);
-	printf("# about %llu of %u B payload in TCP, %d B in kiwarp's send queue, %d unread: rewrote [%llu, %llu)\n",
-	       (unsigned long long)tx, ZC_LEN, outq, inq,
+	printf("# about %llu of %u B payload in TCP, %d B in kiwarp's send queue: rewrote [%llu, %llu)\n",
+	       (unsigned long long)tx, ZC_LEN, outq,
 	       (unsigned long long)zc_lo, (unsigned long long)zc_hi);
 	/* the peer reads everything */
 	kw_rx_init(&rx, &zc_ops, &s, false, 0);
@@ -1158,6 +1175,101 @@ TEST(zero_copy_and_completion_on_ack)
 	EXPECT_EQ(cqe.wr_id, 1);
 	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
 	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&k);
+	munmap(buf, ZC_LEN);
+}
+
+/*
+ * The peer reads what is still on its way after the application rewrote
+ * its whole buffer: every byte must be as posted.
+ */
+static void zc_read_after_rewrite(struct kend *k, uint8_t *buf,
+				  int *kwt_fail)
+{
+	static struct rv_sink s;
+	static struct kw_rx rx;
+	uint64_t j;
+
+	for (j = 0; j < ZC_LEN; j++)
+		buf[j] = rv_new(j);
+	zc_lo = zc_hi = 0;		/* every byte must be as posted */
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &zc_ops, &s, false, 0);
+	rv_read(k, &rx, &s, ZC_LEN, 30);
+	printf("# then the peer read %llu B: %llu as posted, %llu rewritten\n",
+	       (unsigned long long)s.placed, (unsigned long long)s.old_bytes,
+	       (unsigned long long)s.new_bytes);
+	EXPECT_EQ(s.new_bytes, 0);
+	EXPECT_EQ(s.out_of_range, 0);
+	EXPECT_LT(s.placed, ZC_LEN);	/* the rest went with the reset */
+}
+
+/*
+ * A flushed WR sent by reference completes only once TCP has let its pages
+ * go. The raw peer keeps its window shut under a 16 MiB Write, then sends
+ * a Terminate: the QP goes to ERROR and the Write fails, with megabytes of
+ * it still in TCP. Completed at once (as an RNIC's flush), the application
+ * would reuse the buffer and TCP would send the new bytes as soon as the
+ * peer read. kiwarp lets TCP try for a while, resets the stream and
+ * completes the Write after that: the peer reads only bytes as posted.
+ */
+TEST(zero_copy_flush_completes_after_tcp_let_the_pages_go)
+{
+	static struct kend k;
+	const struct kw_term t = { .layer = KW_TERM_LAYER_RDMAP,
+				   .etype = KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
+				   .ecode = KW_TERM_RDMAP_INV_STAG };
+	uint8_t body[KW_TERM_MAX_LEN];
+	struct kw_tx_msg m = { .opcode = KW_OP_TERMINATE,
+			       .qn = KW_QN_TERMINATE, .msn = 1,
+			       .inline_data = body };
+	struct kiwarp_cqe cqe;
+	struct kw_mr *mr;
+	uint64_t took;
+	uint8_t *buf;
+	int outq, n, len;
+	double t0, end;
+
+	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	len = kw_term_encode(&t, NULL, 0, body);
+	ASSERT_GT(len, 0);
+	m.inline_len = len;
+	ASSERT_EQ(raw_send(&k, &m, body, 0), 0);
+	t0 = now();
+	end = t0 + 20;
+	while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && now() < end)
+		usleep(10000);
+	ASSERT_EQ(n, 1);
+	printf("# %d B in kiwarp's send queue; the Write completed %.1f s after the Terminate, status %u\n",
+	       outq, now() - t0, cqe.status);
+	EXPECT_EQ(cqe.wr_id, 1);
+	EXPECT_EQ(cqe.status, KIWARP_WC_REM_ACCESS_ERR);
+	zc_read_after_rewrite(&k, buf, kwt_fail);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&k);
+	munmap(buf, ZC_LEN);
+}
+
+/*
+ * The same when the application destroys the QP (and deregisters, and
+ * reuses the buffer) while TCP still has by-reference data and the socket
+ * is still open: the stream is reset at once, not left to send the pages
+ * whenever the peer opens its window.
+ */
+TEST(zero_copy_data_does_not_outlive_its_qp)
+{
+	static struct kend k;
+	struct kw_mr *mr;
+	uint64_t took;
+	uint8_t *buf;
+	int outq;
+
+	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	EXPECT_EQ(kw_destroy_qp(k.qp), 0);
+	k.qp = NULL;
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	printf("# destroyed with %d B in kiwarp's send queue\n", outq);
+	zc_read_after_rewrite(&k, buf, kwt_fail);
 	kend_fini(&k);
 	munmap(buf, ZC_LEN);
 }
