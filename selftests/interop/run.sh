@@ -118,7 +118,8 @@ load_siw() {
 	fi
 	cur_variant=
 	[ -f "$ko" ] || { echo "# missing $ko (run on the host first)"; return 1; }
-	insmod "$ko" || return 1
+	# the variant's settings (scripts/build-siw: siw.params)
+	insmod "$ko" $(cat "${ko%/*}/siw.params" 2>/dev/null) || return 1
 	rdma link add siw0 type siw netdev dummy0 || return 1
 	cur_variant=$v
 }
