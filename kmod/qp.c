@@ -659,6 +659,21 @@ void kw_qp_peer_closed(struct kw_qp *qp)
 }
 
 /*
+ * How long a failed QP lets TCP deliver what it still has of WRs sent by
+ * reference, or its Terminate, before resetting the stream.
+ */
+#define KW_ZC_ABORT_DELAY	(2 * HZ)
+
+static void qp_queue_abort(struct kw_qp *qp)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_delayed_work(kw_wq, &qp->abort_work, KW_ZC_ABORT_DELAY))
+		kw_qp_put(qp);
+}
+
+/*
  * A protocol violation was detected locally (receive path or a check in the
  * tx path): queue the Terminate, stop accepting new work, and let tx_work
  * send the Terminate before the QP goes to ERROR.
@@ -677,41 +692,40 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 	pr_debug("kiwarp: qp %u: sending Terminate layer %u type %u code 0x%02x\n",
 		 qp->handle, t->layer, t->etype, t->ecode);
 	kw_qp_kick_tx(qp);
+	qp_queue_abort(qp);	/* if the Terminate cannot get out */
 }
 
 /*
- * How long a QP in ERROR lets TCP deliver what it still has of WRs sent by
- * reference (and the Terminate behind them) before resetting the stream.
- */
-#define KW_ZC_ABORT_DELAY	(2 * HZ)
-
-static void qp_queue_abort(struct kw_qp *qp)
-{
-	if (READ_ONCE(qp->dying))
-		return;
-	kref_get(&qp->ref);
-	if (!queue_delayed_work(kw_wq, &qp->abort_work, KW_ZC_ABORT_DELAY))
-		kw_qp_put(qp);
-}
-
-/*
- * abort_work: the QP has been in ERROR for KW_ZC_ABORT_DELAY and TCP still
- * has unacknowledged data of WRs sent by reference (a peer with its window
- * closed). Those WRs are flushed but wait for their pages (flush_locked());
- * the reset purges TCP's queue and so releases them.
+ * abort_work: KW_ZC_ABORT_DELAY after the QP failed, a peer with its window
+ * shut still holds it up: its Terminate never got into TCP (still
+ * TERMINATE: the transmit is stuck behind a message TCP has no room for),
+ * or TCP still has unacknowledged data of WRs sent by reference, which are
+ * flushed but wait for their pages (flush_locked()). The reset purges
+ * TCP's queue, which releases them; the transmit is over (nothing would
+ * run it again) and the QP goes to ERROR.
  */
 static void abort_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(to_delayed_work(w), struct kw_qp,
 					abort_work);
+	bool stuck;
 
 	mutex_lock(&qp->tx_mutex);	/* keeps qp->sock */
-	if (!READ_ONCE(qp->dying) && kw_qp_zc_in_tcp(qp)) {
-		pr_debug("kiwarp: qp %u: by-reference data still unacknowledged in ERROR: resetting the stream\n",
-			 qp->handle);
+	spin_lock_bh(&qp->lock);
+	stuck = qp->state == KIWARP_QPS_TERMINATE || qp->term_pending;
+	spin_unlock_bh(&qp->lock);
+	if (!READ_ONCE(qp->dying) && (stuck || kw_qp_zc_in_tcp(qp))) {
+		pr_debug("kiwarp: qp %u: %s after the failure: resetting the stream\n",
+			 qp->handle, stuck ? "Terminate still not sent" :
+			 "by-reference data still unacknowledged");
 		kw_cm_abort(qp);
+		kw_tx_abandon(qp);
+		spin_lock_bh(&qp->lock);
+		qp->term_pending = false;	/* it will never go out */
+		spin_unlock_bh(&qp->lock);
 	}
 	mutex_unlock(&qp->tx_mutex);
+	kw_qp_set_error(qp);
 	kw_qp_put(qp);	/* the reference qp_queue_abort() took */
 }
 
@@ -726,8 +740,10 @@ static void qp_error_now(struct kw_qp *qp)
 		to_error_locked(qp);
 	spin_unlock_bh(&qp->lock);
 	if (term) {
-		/* tx_work sends the Terminate first and requeues us */
+		/* tx_work sends the Terminate first and requeues us; a peer
+		 * that takes nothing more does not hold that up for long */
 		kw_qp_kick_tx(qp);
+		qp_queue_abort(qp);
 		return;
 	}
 	mutex_lock(&qp->tx_mutex);	/* keeps qp->sock (see qp.h) */

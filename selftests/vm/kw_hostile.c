@@ -1140,6 +1140,8 @@ TEST(zero_copy_and_completion_on_ack)
 
 	memset(&s, 0, sizeof(s));
 	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	if (*kwt_fail)
+		return;
 	memset(&q, 0, sizeof(q));
 	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
 	/*
@@ -1231,6 +1233,8 @@ TEST(zero_copy_flush_completes_after_tcp_let_the_pages_go)
 	double t0, end;
 
 	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	if (*kwt_fail)
+		return;
 	len = kw_term_encode(&t, NULL, 0, body);
 	ASSERT_GT(len, 0);
 	m.inline_len = len;
@@ -1251,6 +1255,65 @@ TEST(zero_copy_flush_completes_after_tcp_let_the_pages_go)
 }
 
 /*
+ * A QP that fails while its transmit is stuck behind a by-reference Write
+ * the peer does not take: the raw peer sends an RDMA Write to an STag that
+ * does not exist. kiwarp's Terminate goes behind the Write, which never
+ * ends, so the QP stays in TERMINATE and the Write neither completes nor
+ * flushes; with modify_error the application moves it to ERROR itself.
+ * Either way kiwarp resets the stream a little later: the Write completes
+ * (flushed), the QP is in ERROR, and nothing rewritten reaches the peer.
+ */
+static void zc_fail_stuck(bool modify_error, int *kwt_fail)
+{
+	static struct kend k;
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 100,
+			       .stag = 0x12345678 };
+	static uint8_t payload[100];
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	struct kw_mr *mr;
+	uint64_t took;
+	uint8_t *buf;
+	int outq, n;
+	double t0, end;
+
+	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	if (*kwt_fail)
+		return;
+	ASSERT_EQ(raw_send(&k, &m, payload, 0), 0);
+	t0 = now();
+	if (modify_error) {
+		usleep(200000);		/* the Terminate is queued by then */
+		ASSERT_EQ(kw_modify_qp(k.qp, KIWARP_MODIFY_ERROR), 0);
+	}
+	end = t0 + 20;
+	while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && now() < end)
+		usleep(10000);
+	ASSERT_EQ(n, 1);
+	printf("# the Write completed %.1f s after the bad FPDU, status %u\n",
+	       now() - t0, cqe.status);
+	EXPECT_EQ(cqe.wr_id, 1);
+	EXPECT_EQ(cqe.status, KIWARP_WC_WR_FLUSH_ERR);
+	memset(&q, 0, sizeof(q));
+	ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	zc_read_after_rewrite(&k, buf, kwt_fail);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&k);
+	munmap(buf, ZC_LEN);
+}
+
+TEST(zero_copy_stuck_terminate_does_not_park_the_qp)
+{
+	zc_fail_stuck(false, kwt_fail);
+}
+
+TEST(zero_copy_stuck_terminate_then_modify_error)
+{
+	zc_fail_stuck(true, kwt_fail);
+}
+
+/*
  * The same when the application destroys the QP (and deregisters, and
  * reuses the buffer) while TCP still has by-reference data and the socket
  * is still open: the stream is reset at once, not left to send the pages
@@ -1265,6 +1328,8 @@ TEST(zero_copy_data_does_not_outlive_its_qp)
 	int outq;
 
 	zc_stall(&k, &buf, &mr, &took, &outq, kwt_fail);
+	if (*kwt_fail)
+		return;
 	EXPECT_EQ(kw_destroy_qp(k.qp), 0);
 	k.qp = NULL;
 	EXPECT_EQ(kw_dereg_mr(mr), 0);
