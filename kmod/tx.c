@@ -96,7 +96,7 @@ struct kw_txzc {
 	struct ubuf_info ubuf;
 	struct kw_zcd *zcd;
 	u32 sq_idx;			/* its WR, held until we are done */
-	struct work_struct work;	/* txzc_done() from hard IRQ */
+	struct work_struct work;	/* txzc_done() in kw_wq */
 };
 
 static void zcd_put(struct kw_zcd *d)
@@ -109,8 +109,11 @@ static void zcd_put(struct kw_zcd *d)
  * Each kw_txzc holds a module reference: skbs may outlive the QP, its
  * socket (an orphan retransmitting) and every open file, and their free
  * calls us. rmmod says the module is busy until the last one is gone.
- * (The module_put() is our last statement; in softirq, where callbacks
- * mostly run, RCU keeps the text until we return.)
+ * The module_put() is our last statement, but returning still runs our
+ * text: txzc_complete() calls us only as an RCU reader (softirq, or BH
+ * off), which module unload waits for (synchronize_rcu() before the text
+ * is freed), or from kw_wq, which module exit destroys, waiting for the
+ * running item.
  */
 static void txzc_done(struct kw_txzc *z)
 {
@@ -138,9 +141,9 @@ static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
 
 	if (!refcount_dec_and_test(&uarg->refcnt))
 		return;
-	/* skbs are freed in softirq or process context; not ours to assume */
-	if (in_hardirq() || irqs_disabled())
-		queue_work(system_wq, &z->work);
+	/* skbs are freed in any context: see txzc_done() for why not here */
+	if (!in_softirq() || in_hardirq() || irqs_disabled())
+		queue_work(kw_wq, &z->work);
 	else
 		txzc_done(z);
 }
