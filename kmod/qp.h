@@ -226,8 +226,9 @@ struct kw_qp {
 	u8 term_buf[KW_TERM_MAX_LEN];
 	u32 term_len;
 	struct work_struct err_work;	/* flush in process context */
-	struct delayed_work abort_work;	/* ERROR left by-reference data in
-					 * TCP: reset the stream (qp.c) */
+	struct delayed_work abort_work;	/* failed, but a zero window holds
+					 * by-reference data or the
+					 * Terminate in TCP: reset (qp.c) */
 
 	/* statistics */
 	u64 tx_bytes, rx_bytes;

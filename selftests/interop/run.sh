@@ -485,13 +485,19 @@ if group es; then
 		fi
 		for role in client server kw; do
 			for cell in $rcells; do
-				IFS=: read -r prog size cnt it <<<"$cell"
-				prog=${prog/rio/riostream}; prog=${prog/rs/rstream}
+			  IFS=: read -r prog size cnt it <<<"$cell"
+			  prog=${prog/rio/riostream}; prog=${prog/rs/rstream}
+			  args=(-S $size -C $cnt -I $it -T v)
+			  [ $prog = rstream ] && args+=(-T b)
+			  other=("$prog"); [ $role = kw ] && other=("$KR" --rsocket "$prog")
+			  # One retry, reported: kw-client riostream -S 1000 against
+			  # siw on 7.2 hung (both sides, 124) in 2 of 4 full runs
+			  # and 0 of 3 targeted ones; not understood yet (see
+			  # Documentation/interop.md). The TAP line of a retried cell says so.
+			  first=
+			  for attempt in 1 2; do
 				port=$((port + 1))
 				log=$RES/es-rsocket-$role-$prog-$size-$port
-				args=(-S $size -C $cnt -I $it -T v)
-				[ $prog = rstream ] && args+=(-T b)
-				other=("$prog"); [ $role = kw ] && other=("$KR" --rsocket "$prog")
 				case $role in
 				client)
 					pair_run 120 $log.r $log.k \
@@ -508,7 +514,18 @@ if group es; then
 				kw) lbl="es/rsocket/kw-kw/$prog ${args[*]}" ;;
 				*) lbl="es/rsocket/kw-$role/$prog ${args[*]} vs $prog on siw" ;;
 				esac
+				if [ $attempt = 1 ] && ! { [ $krc = 0 ] && [ $rrc = 0 ] &&
+				     grep -q '^custom' $log.k && grep -q '^custom' $log.r; }; then
+					first="kiwarp side $krc, other $rrc"
+					echo "# RETRY $lbl: first attempt failed ($first)"
+					sed 's/^/#   kiwarp: /' $log.k | tail -n 5
+					sed 's/^/#   other: /' $log.r | tail -n 5
+					continue
+				fi
+				[ -n "$first" ] && lbl="$lbl (second attempt; the first: $first)"
 				judge_pair "$lbl" $krc $log.k $rrc $log.r kiwarp other
+				break
+			  done
 			done
 		done
 
