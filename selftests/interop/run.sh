@@ -491,7 +491,7 @@ if group es; then
 			  [ $prog = rstream ] && args+=(-T b)
 			  other=("$prog"); [ $role = kw ] && other=("$KR" --rsocket "$prog")
 			  # One retry, reported: kw-client riostream -S 1000 against
-			  # siw on 7.2 hung (both sides, 124) in 2 of 4 full runs
+			  # siw on 7.2 failed (a hang; an ECONNRESET) in 2 of 4 full runs
 			  # and 0 of 3 targeted ones; not understood yet (see
 			  # Documentation/interop.md). The TAP line of a retried cell says so.
 			  first=
