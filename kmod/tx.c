@@ -240,21 +240,27 @@ void kw_tx_release(struct kw_qp *qp)
 }
 
 /*
- * The stream is shut down (err_work): the message in progress can never be
- * finished. Drop it, and our references: a WR sent by reference waits for
- * our ubuf reference too.
+ * Drop the message in progress, which can never be finished (a transmit
+ * that failed, a stream shut down), and our references: a WR sent by
+ * reference waits for our ubuf reference too.
  */
-void kw_tx_abandon(struct kw_qp *qp)
+static void tx_abandon(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->tx_mutex);
-	if (!qp->tx_active)
-		return;
 	spin_lock_bh(&qp->lock);
 	qp->tx_active = false;
 	qp->tx_kind = KW_TXK_NONE;
 	spin_unlock_bh(&qp->lock);
 	tx_batch_reset(qp);
 	tx_drop_refs(qp);
+}
+
+/* err_work shut the stream down: nothing more gets into TCP. */
+void kw_tx_abandon(struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->tx_mutex);
+	if (qp->tx_active)
+		tx_abandon(qp);
 }
 
 /*
@@ -1164,21 +1170,13 @@ fail:
 			.ecode = KW_TERM_RDMAP_INV_STAG,
 		};
 
-		spin_lock_bh(&qp->lock);
-		qp->tx_active = false;
-		spin_unlock_bh(&qp->lock);
-		tx_batch_reset(qp);
-		tx_drop_refs(qp);
+		tx_abandon(qp);
 		/* Only the Terminate can be picked now (TERMINATE state). */
 		kw_qp_fail(qp, &revoked, NULL, 0);
 		goto again;
 	}
 	pr_debug("kiwarp: qp %u: transmit failed: %d\n", qp->handle, ret);
-	spin_lock_bh(&qp->lock);
-	qp->tx_active = false;
-	spin_unlock_bh(&qp->lock);
-	tx_batch_reset(qp);
-	tx_drop_refs(qp);
+	tx_abandon(qp);
 	kw_qp_set_error(qp);
 	return false;
 }

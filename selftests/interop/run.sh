@@ -229,10 +229,14 @@ pair_run() {
 }
 
 # rstream/riostream on both ends: each exited 0 and printed its result.
+# pair_ok KIWARP_RC KIWARP_LOG OTHER_RC OTHER_LOG
+pair_ok() {
+	[ "$1" = 0 ] && [ "$3" = 0 ] && grep -q '^custom' "$2" &&
+		grep -q '^custom' "$4"
+}
 # judge_pair LABEL KIWARP_RC KIWARP_LOG OTHER_RC OTHER_LOG KIWARP_NAME OTHER_NAME
 judge_pair() {
-	if [ "$2" = 0 ] && [ "$4" = 0 ] && grep -q '^custom' "$3" &&
-	   grep -q '^custom' "$5"; then
+	if pair_ok "$2" "$3" "$4" "$5"; then
 		ok "$1"
 	else
 		nok "$1: $6 side $2, other $4"
@@ -514,8 +518,7 @@ if group es; then
 				kw) lbl="es/rsocket/kw-kw/$prog ${args[*]}" ;;
 				*) lbl="es/rsocket/kw-$role/$prog ${args[*]} vs $prog on siw" ;;
 				esac
-				if [ $attempt = 1 ] && ! { [ $krc = 0 ] && [ $rrc = 0 ] &&
-				     grep -q '^custom' $log.k && grep -q '^custom' $log.r; }; then
+				if [ $attempt = 1 ] && ! pair_ok $krc $log.k $rrc $log.r; then
 					first="kiwarp side $krc, other $rrc"
 					echo "# RETRY $lbl: first attempt failed ($first)"
 					sed 's/^/#   kiwarp: /' $log.k | tail -n 5
