@@ -1041,7 +1041,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	u32 handle = arg->qp;
 
 	if (arg->copy_max || arg->peer_ird || arg->peer_ord ||
-	    arg->reserved0 || arg->reserved)
+	    arg->flags || arg->reserved)
 		return -EINVAL;
 	qp = kw_qp_get(ctx, handle);
 	if (!qp)
@@ -1065,6 +1065,8 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->peer_ord = qp->mpa.peer_ord;
 	arg->mulpdu = kw_qp_mulpdu(qp);
 	arg->copy_max = qp->copy_max;
+	if (kw_tx_path_copies(qp))
+		arg->flags |= KIWARP_QPQ_TX_COPIED;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;
 	spin_unlock_bh(&qp->lock);

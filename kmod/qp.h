@@ -315,6 +315,7 @@ void kw_tx_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
 void kw_tx_abandon(struct kw_qp *qp);
 void kw_tx_zc_detach(struct kw_qp *qp);
+bool kw_tx_path_copies(struct kw_qp *qp);
 void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);
 

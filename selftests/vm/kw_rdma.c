@@ -1309,6 +1309,79 @@ TEST(copy_max_given_is_used)
 }
 
 /*
+ * A peer on this host gets pages sent by reference copied by the stack
+ * anyway (local delivery, skb_orphan_frags_rx()): the QP sees it in the
+ * ubuf's release (KIWARP_QPQ_TX_COPIED) and copies its large Writes too,
+ * which then complete as soon as TCP has them (here with every packet
+ * dropped, so nothing is acknowledged). A second after the last copy it
+ * was told of, one message goes by reference again and tells again.
+ */
+TEST(local_peer_large_writes_are_copied)
+{
+	enum { LARGE = 64 * 1024 };
+	struct pair p = { .sndbuf = 1 << 20 };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	struct kiwarp_sge sge;
+	struct kw_send_wr wr = {
+		.opcode = KIWARP_WR_RDMA_WRITE, .flags = KW_SEND_SIGNALED,
+		.num_sge = 1, .sg_list = &sge,
+	};
+	uint8_t *want;
+	double end;
+	int i, n = 0;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo up"), 0);
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+	EXPECT_EQ(q.flags, 0);
+	fill(p.a.buf, 3 * LARGE, 37);
+	want = malloc(3 * LARGE);
+	ASSERT_TRUE(want != NULL);
+	memcpy(want, p.a.buf, 3 * LARGE);
+
+	/* by reference (over copy_max): the copy on delivery is reported */
+	for (i = 0; i < 3; i++) {
+		if (i == 1) {
+			ASSERT_EQ(shell("tc qdisc add dev lo root netem loss 100%"), 0);
+		} else if (i == 2) {
+			/* a second without a copy reported: by reference */
+			usleep(1200 * 1000);
+			ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+			EXPECT_EQ(q.flags, 0);
+		}
+		sge = (struct kiwarp_sge){ (uintptr_t)p.a.buf + i * LARGE, LARGE,
+					   p.a.mr->stag };
+		wr.wr_id = i + 1;
+		wr.remote_addr = (uintptr_t)p.b.buf + i * LARGE;
+		wr.rkey = p.b.mr->stag;
+		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+		/* copied: completes with nothing acknowledged (i == 1) */
+		end = now() + 2;
+		while (now() < end && (n = kw_poll_cq(p.a.scq, 1, &cqe)) == 0)
+			kw_wait_cq(p.a.scq, 100);
+		ASSERT_EQ(n, 1);
+		EXPECT_EQ(cqe.wr_id, i + 1);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+		EXPECT_EQ(q.flags, KIWARP_QPQ_TX_COPIED);
+		if (i == 1) {
+			/* TCP has its own copy: the buffer is ours again */
+			memset(p.a.buf + LARGE, 0xee, LARGE);
+			ASSERT_EQ(shell("tc qdisc del dev lo root"), 0);
+			end = now() + 20;	/* TCP retransmits */
+			while (now() < end &&
+			       memcmp(p.b.buf + LARGE, want + LARGE, LARGE))
+				usleep(10 * 1000);
+		}
+	}
+	ASSERT_MEMEQ(p.b.buf, want, 3 * LARGE);
+	free(want);
+	pair_fini(&p);
+}
+
+/*
  * A Write sent by reference completes on the ACK of its last byte. When an
  * RDMA Read was posted before it, the Write becomes the oldest WR only once
  * the Read Response arrives, typically after the Write is entirely in TCP
