@@ -659,6 +659,12 @@ static void es_zc_close(struct kw_es *es, bool sent, bool zc)
 	es->zc_open--;
 	if (!sent)
 		return;
+	/* the QP copies while the stack copies by-reference pages anyway */
+	if (zc && es->qp) {
+		spin_lock_bh(&es->qp->lock);
+		zc = !kw_tx_path_copies(es->qp);
+		spin_unlock_bh(&es->qp->lock);
+	}
 	es->zc_q[es->zc_tail % ES_ZC_CALLS] = (struct es_zc){
 		.seq = es->zc_posted,
 		.id = (u32)atomic_inc_return(&es->sk->sk_zckey) - 1,

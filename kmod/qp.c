@@ -836,6 +836,7 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	qp->max_sge = arg->max_sge ? arg->max_sge : 1;
 	qp->copy_max = arg->flags & KIWARP_QP_COPY_MAX ? arg->copy_max :
 		       KIWARP_COPY_MAX_DEFAULT;
+	qp->copy_adapt = !(arg->flags & KIWARP_QP_COPY_MAX);
 
 	/* Ring memory is charged to RLIMIT_MEMLOCK and the memcg (umem.c). */
 	ret = ring_alloc(&qp->sq, ctx->mm, arg->sq_entries);

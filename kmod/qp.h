@@ -97,6 +97,7 @@ struct kw_qp {
 	bool sig_all;
 	u32 max_sge;
 	u32 copy_max;		/* Sends/Writes up to this are copied (tx.c) */
+	bool copy_adapt;	/* copy_max not given: kw_tx_path_copies() */
 
 	spinlock_t lock;	/* see the comment at the top of this file */
 	int state;		/* KIWARP_QPS_* */

@@ -149,6 +149,8 @@ static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
 	 * SO_EE_CODE_ZEROCOPY_COPIED. Then the pages cost a copy anyway,
 	 * and a later one on the receiver's CPU, in softirq, into freshly
 	 * allocated pages: the QP copies for a while (kw_tx_path_copies()).
+	 * false always means copied (the converse does not hold: a copy for
+	 * software segmentation reports success).
 	 * Measured on veth and loopback: 1.5-3x the bandwidth of by
 	 * reference, at a fraction of the CPU (performance.md).
 	 */
@@ -185,7 +187,7 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 
 	lockdep_assert_held(&qp->lock);
 	if (!qp->zcd) {
-		qp->zcd = kmalloc(sizeof(*qp->zcd), GFP_ATOMIC);
+		qp->zcd = kzalloc(sizeof(*qp->zcd), GFP_ATOMIC);
 		if (!qp->zcd)
 			return NULL;
 		refcount_set(&qp->zcd->ref, 1);	/* the QP's */
@@ -221,20 +223,25 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 
 /*
  * Whether this connection's stack copied what we sent by reference in the
- * last KW_TX_REPROBE (txzc_complete()): then Sends and Writes are copied.
- * A local peer stays local, but a packet capture on a NIC copies too
- * (dev_queue_xmit_nit()), and that ends: once a second one message goes
- * by reference again and tells. qp->lock held (qp->zcd).
+ * last KW_TX_REPROBE (txzc_complete()): then Sends and Writes are copied,
+ * unless the QP was given its copy_max (KIWARP_QP_COPY_MAX). A local peer
+ * stays local, but a packet socket on a NIC copies too (dev_queue_xmit_nit()),
+ * and that can end: once a second one message goes by reference again and
+ * tells. qp->lock held (qp->zcd).
  */
 #define KW_TX_REPROBE	HZ
 
 bool kw_tx_path_copies(struct kw_qp *qp)
 {
 	struct kw_zcd *d = qp->zcd;
+	unsigned long at;
 
 	lockdep_assert_held(&qp->lock);
-	return d && READ_ONCE(d->copied) &&
-	       time_before(jiffies, READ_ONCE(d->copied_at) + KW_TX_REPROBE);
+	if (!d || !READ_ONCE(d->copied))
+		return false;
+	at = READ_ONCE(d->copied_at);
+	/* in range, not before: jiffies wrap on 32-bit */
+	return time_in_range(jiffies, at, at + KW_TX_REPROBE);
 }
 
 /* Drop our ubuf reference (tx_drop_refs()). Not under qp->lock. */
@@ -979,7 +986,8 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		 * acknowledged and no skb holds the pages (tx_zc, above),
 		 * unless the stack copies them anyway (kw_tx_path_copies()).
 		 */
-		qp->tx_copy = wr->len <= qp->copy_max || kw_tx_path_copies(qp);
+		qp->tx_copy = wr->len <= qp->copy_max ||
+			      (qp->copy_adapt && kw_tx_path_copies(qp));
 		if (!qp->tx_copy) {
 			qp->tx_zc = txzc_new(qp, idx);
 			qp->tx_copy = !qp->tx_zc;	/* no memory: copy */

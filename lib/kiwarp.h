@@ -159,7 +159,9 @@ struct kw_qp_init_attr {
 	 * copy_max bytes are copied into the socket and complete when TCP
 	 * has them, larger ones go by reference and complete when acked
 	 * (KIWARP_QP_COPY_MAX in <linux/kiwarp.h>); without it the kernel's
-	 * default, KIWARP_COPY_MAX_DEFAULT.
+	 * default, KIWARP_COPY_MAX_DEFAULT, and the QP copies larger ones
+	 * too while the stack copies them anyway (a peer on this host:
+	 * KIWARP_QPQ_TX_COPIED in kiwarp_query_qp.flags).
 	 */
 	uint32_t flags;
 	uint32_t copy_max;

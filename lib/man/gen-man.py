@@ -248,7 +248,11 @@ page("kw_query_qp", "query queue pair state",
 \\fBkw_qp_state_str\\fR(3)), the negotiated connection parameters (MPA
 revision, CRC, P2P, IRD/ORD), \\fImulpdu\\fR (payload bytes per FPDU), the
 payload byte counters and the last Terminate sent and received
-(\\fIterm_sent\\fR, \\fIterm_rcvd\\fR; see \\fBkw_term_str\\fR(3)).""",
+(\\fIterm_sent\\fR, \\fIterm_rcvd\\fR; see \\fBkw_term_str\\fR(3)),
+\\fIcopy_max\\fR, and in \\fIflags\\fR \\fBKIWARP_QPQ_TX_COPIED\\fR when in the
+last second the stack copied pages the QP sent by reference (a peer on this
+host): a QP created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its
+large Sends and Writes too.""",
      RET_ZERO, COMMON_ERR, ["kw_modify_qp", "kw_qp_state_str", "kw_term_str"])
 
 page("kw_modify_qp", "move a queue pair to ERROR or close it",

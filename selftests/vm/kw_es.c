@@ -1608,9 +1608,12 @@ static int zerocopy_on(int fd)
 
 /*
  * The notifications on fd's error queue, marked in seen[] (ids below
- * nids; each must come once, with code 0 or SO_EE_CODE_ZEROCOPY_COPIED as
- * copied[] wants), until all nids are there or ms pass: the count of ids
- * seen, or a negative errno for a malformed or repeated one.
+ * nids; each must come once, with SO_EE_CODE_ZEROCOPY_COPIED where
+ * copied[] says so), until all nids are there or ms pass: the count of ids
+ * seen, or a negative errno for a malformed or repeated one. A call sent
+ * from a registration may say COPIED too: over loopback the stack copies
+ * by-reference pages and the QP copies instead (KIWARP_QPQ_TX_COPIED), as
+ * Linux's own MSG_ZEROCOPY says COPIED there.
  */
 static int zc_collect(int fd, uint8_t *seen, uint32_t nids,
 		      const uint8_t *copied, int ms)
@@ -1648,9 +1651,8 @@ static int zc_collect(int fd, uint8_t *seen, uint32_t nids,
 			    e->ee_data >= nids)
 				return -EPROTO;
 			for (i = e->ee_info; i <= e->ee_data; i++) {
-				if (seen[i] ||
-				    (e->ee_code == SO_EE_CODE_ZEROCOPY_COPIED) !=
-				    !!copied[i])
+				if (seen[i] || (copied[i] &&
+				    e->ee_code != SO_EE_CODE_ZEROCOPY_COPIED))
 					return -EILSEQ;
 				seen[i] = 1;
 				got++;

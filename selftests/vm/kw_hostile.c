@@ -60,6 +60,13 @@ static int kend_init(struct kend *k)
 	a.send_cq = a.recv_cq = k->cq;
 	a.sq_entries = a.rq_entries = 16;
 	a.max_sge = 1;
+	/*
+	 * copy_max given: every Write over it goes by reference, whatever
+	 * the local peer's stack does with the pages (a default QP would
+	 * copy after the first, KIWARP_QPQ_TX_COPIED)
+	 */
+	a.flags = KW_QP_INIT_COPY_MAX;
+	a.copy_max = KIWARP_COPY_MAX_DEFAULT;
 	if ((ret = kw_create_qp(k->pd, &a, &k->qp)))
 		return ret;
 	k->buf = mmap(NULL, KBUF, PROT_READ | PROT_WRITE,

@@ -274,9 +274,9 @@ struct kiwarp_create_qp {
  * Either way a completion says the buffer is free, not that the data was
  * placed at the peer (RFC 5040). Without KIWARP_QP_COPY_MAX, copy_max
  * must be 0 and the QP uses KIWARP_COPY_MAX_DEFAULT; with it, copy_max
- * is taken as given (0: every message by reference). While the stack
- * copies pages sent by reference anyway, the QP copies everything
- * (KIWARP_QPQ_TX_COPIED in QUERY_QP).
+ * is taken as given (0: every message by reference). Without it, the QP
+ * also copies every message while the stack copies pages sent by
+ * reference anyway (KIWARP_QPQ_TX_COPIED in QUERY_QP).
  */
 #define KIWARP_QP_COPY_MAX	(1U << 1)
 #define KIWARP_COPY_MAX_DEFAULT	16384
@@ -431,12 +431,12 @@ struct kiwarp_query_qp {
 
 /*
  * struct kiwarp_query_qp.flags. TX_COPIED: in the last second the stack
- * copied the pages of a message this QP sent by reference (the receiver
- * is on this host: loopback, veth; a packet capture; a device that cannot
- * gather), so zero copy does not pay on this connection and the QP copies
- * every Send and RDMA Write, whatever copy_max says (completing as a
- * copied message does). Once a second one message goes by reference again
- * to see whether that still holds.
+ * copied the pages of a message this QP sent by reference before letting
+ * them go (the receiver is on this host: loopback, veth; a packet socket on
+ * the device), so zero copy does not pay on this connection. A QP created
+ * without KIWARP_QP_COPY_MAX then copies every Send and RDMA Write
+ * (completing as a copied message does), and once a second one message
+ * goes by reference again to see whether that still holds.
  */
 #define KIWARP_QPQ_TX_COPIED	(1U << 0)
 
