@@ -79,6 +79,7 @@ struct region {
 } __attribute__((packed));
 
 static int json;
+static long copy_max = -1;	/* --copy-max; -1: the kernel's default */
 static enum transport xport = X_KIWARP;
 
 static void die(const char *what, int err)
@@ -245,8 +246,13 @@ static struct kw_qp *kqp(struct kctx *k, unsigned sq)
 				     .sq_entries = sq, .rq_entries = 1,
 				     .max_sge = 1 };
 	struct kw_qp *qp;
-	int ret = kw_create_qp(k->pd, &a, &qp);
+	int ret;
 
+	if (copy_max >= 0) {
+		a.flags = KW_QP_INIT_COPY_MAX;
+		a.copy_max = (uint32_t)copy_max;
+	}
+	ret = kw_create_qp(k->pd, &a, &qp);
 	if (ret)
 		die("create QP", ret);
 	return qp;
@@ -847,7 +853,10 @@ static void usage(void)
 "usage: kiwarp-scale -s [-p PORT] [-T kiwarp|kiwarp-sock|tcp] [-q]\n"
 "       kiwarp-scale -c HOST [-p PORT] -t bw|setup|mem -N COUNT\n"
 "                    [-T kiwarp|kiwarp-sock|tcp] [--bytes B] [--size S]\n"
-"                    [--verify] [--json]\n");
+"                    [--verify] [--json] [--copy-max N]\n"
+"  --copy-max N  the client's QPs copy Writes of up to N bytes (default:\n"
+"                the kernel's, which also copies while a local peer's\n"
+"                stack copies anyway)\n");
 	exit(2);
 }
 
@@ -858,6 +867,7 @@ int main(int argc, char **argv)
 		{ "verify", no_argument, NULL, 'V' },
 		{ "bytes", required_argument, NULL, 'B' },
 		{ "size", required_argument, NULL, 'S' },
+		{ "copy-max", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -901,6 +911,11 @@ int main(int argc, char **argv)
 		case 'S':
 			size = parse_size(optarg, 1U << 24);
 			if (!size)
+				usage();
+			break;
+		case 'X':
+			copy_max = (long)parse_size(optarg, UINT32_MAX);
+			if (!copy_max && strcmp(optarg, "0"))
 				usage();
 			break;
 		case 'V': verify = 1; break;
