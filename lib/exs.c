@@ -16,6 +16,14 @@
  * missed, and a socket that stays in error (its stream dead, zero-copy
  * notifications still due) does not make epoll_wait() spin.
  *
+ * Connections. exs_accept() queues on a listening socket's receive side
+ * and ends with a socket accept() took; exs_connect() starts a
+ * non-blocking connect() and queues on the send side, ahead of any send
+ * posted after it, ending when the socket is writable (SO_ERROR says
+ * how). Neither call may block, so the library sets O_NONBLOCK on the
+ * socket while such an operation is pending (exs_fd.nb_set) and clears it
+ * again once none is.
+ *
  * Zero-copy sends. On a socket in IWARP_MODE, a send from memory
  * registered with exs_mregister() registers that memory with the socket
  * (IWARP_MREG, once per socket and registration) and goes with
@@ -35,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -81,6 +90,7 @@ struct exs_op {
 	exs_mhandle_t mh;	/* or EXS_MHANDLE_INVALID */
 	void *context;
 	int err;		/* ended early: errno */
+	int nfd;		/* EXS_EVT_ACCEPT: the socket, or -1 */
 	bool ended;		/* no more bytes will move */
 	bool zc;		/* sent with MSG_ZEROCOPY */
 	uint32_t id_first;	/* its calls' ids: id_first .. + ids - 1 */
@@ -119,6 +129,7 @@ struct exs_fd {
 	bool zc_on;		/* SO_ZEROCOPY set */
 	bool zc_off;		/* registering failed once: copy from now on */
 	bool eof;		/* recv() said 0 */
+	bool nb_set;		/* we set O_NONBLOCK: cleared when idle */
 	int snd_err, rcv_err;	/* the stream broke: later ones fail too */
 	uint32_t zc_next;	/* id of its next MSG_ZEROCOPY call */
 	exs_mhandle_t regs[EXS_FD_MREGS];	/* IWARP_MREG done for these */
@@ -394,7 +405,7 @@ static void op_complete(int fd, struct exs_fd *st, struct exs_op *op)
 	e->exs_evt_type = op->type;
 	e->exs_evt_errno = op->err;
 	e->exs_evt_context = op->context;
-	e->exs_evt_fd = fd;
+	e->exs_evt_fd = op->type == EXS_EVT_ACCEPT ? op->nfd : fd;
 	e->exs_evt_buf = op->buf;
 	e->exs_evt_nbytes = op->done;
 	if (op->mh != EXS_MHANDLE_INVALID)
@@ -447,6 +458,27 @@ static void fd_zc_notes(int fd, struct exs_fd *st)
 	}
 }
 
+/* A pending connect() finished: op->err is its outcome (SO_ERROR). */
+static bool fd_connect_done(int fd, struct exs_op *op)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	socklen_t len = sizeof(op->err);
+
+	if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP)))
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &op->err, &len))
+		op->err = errno;
+	if (!op->err) {
+		/* the error was taken by someone else's call: still failed */
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+
+		if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+			op->err = errno == ENOTCONN ? ECONNREFUSED : errno;
+	}
+	return true;
+}
+
 /*
  * Move sq's bytes until the socket would block (*wait: the events to wait
  * for; ENOBUFS: the kernel waits for us to read notifications).
@@ -458,6 +490,15 @@ static void fd_send(int fd, struct exs_fd *st, uint32_t *wait)
 	for (op = st->sq; op; op = op->next) {
 		if (op->ended)
 			continue;
+		if (op->type == EXS_EVT_CONNECT) {
+			/* sends behind it wait for it */
+			if (!fd_connect_done(fd, op)) {
+				*wait |= EPOLLOUT;
+				return;
+			}
+			op->ended = true;
+			continue;
+		}
 		while (!st->snd_err && op->done < op->len) {
 			int fl = MSG_DONTWAIT | MSG_NOSIGNAL |
 				 (op->zc ? MSG_ZEROCOPY : 0);
@@ -496,7 +537,29 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 {
 	struct exs_op *op;
 
+	/* not before a pending connect: recv() would take its error */
+	if (st->sq && st->sq->type == EXS_EVT_CONNECT && !st->sq->ended)
+		return;
 	while ((op = st->rq)) {
+		if (op->type == EXS_EVT_ACCEPT) {
+			int nfd;
+
+			do {	/* a connection that died queued: the next */
+				nfd = accept(fd, NULL, NULL);
+			} while (nfd < 0 && (errno == EINTR ||
+					     errno == ECONNABORTED ||
+					     errno == EPROTO));
+			if (nfd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				*wait |= EPOLLIN;
+				return;
+			}
+			op->nfd = nfd;
+			if (nfd < 0)
+				op->err = errno;	/* EMFILE, ENOBUFS, ... */
+			st->rq = op->next;
+			op_complete(fd, st, op);
+			continue;
+		}
 		while (!st->eof && !st->rcv_err && op->done < op->len) {
 			ssize_t n = recv(fd, op->buf + op->done,
 					 op->len - op->done, MSG_DONTWAIT);
@@ -527,6 +590,34 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 	}
 }
 
+/* O_NONBLOCK for a pending accept or connect (see the top); 0 or errno */
+static int fd_nonblock(int fd, struct exs_fd *st)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return errno;
+	if (fl & O_NONBLOCK)
+		return 0;
+	if (fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return errno;
+	st->nb_set = true;
+	return 0;
+}
+
+/* No accept or connect pending any more: as the application had it. */
+static void fd_blocking_again(int fd, struct exs_fd *st)
+{
+	int fl;
+
+	if (!st->nb_set)
+		return;
+	st->nb_set = false;
+	fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
 /*
  * Progress socket fd: receives, sends, notifications; then the events
  * ended operations make (in posting order per direction), and its place
@@ -545,6 +636,9 @@ static void fd_progress(int fd, struct exs_fd *st)
 		st->q = EXS_QHANDLE_INVALID;
 		return;
 	}
+	/* a pending connect first: receives wait for its outcome */
+	if (st->sq && st->sq->type == EXS_EVT_CONNECT && !st->sq->ended)
+		fd_send(fd, st, &wait);
 	if (st->rq)
 		fd_recv(fd, st, &wait);
 	if (st->sq)
@@ -561,6 +655,7 @@ static void fd_progress(int fd, struct exs_fd *st)
 			epoll_ctl(qu->epfd, EPOLL_CTL_DEL, fd, NULL);
 		st->in_epoll = false;
 		st->q = EXS_QHANDLE_INVALID;
+		fd_blocking_again(fd, st);
 		return;
 	}
 	/* (EPOLLERR, always reported, brings the notifications) */
@@ -592,6 +687,7 @@ static void fd_progress(int fd, struct exs_fd *st)
 			op_complete(fd, st, op);
 		}
 		st->q = EXS_QHANDLE_INVALID;
+		fd_blocking_again(fd, st);
 	}
 }
 
@@ -640,6 +736,7 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 		goto out;
 	}
 	op->type = type;
+	op->nfd = -1;
 	op->flags = flags;
 	op->buf = (uint8_t *)buf;
 	op->len = nbytes;
@@ -677,6 +774,102 @@ int EXS_API exs_recv(int fd, void *buf, size_t nbytes, int flags,
 	if (flags & ~MSG_WAITALL)
 		return fail(EINVAL);
 	return post(EXS_EVT_RECV, fd, buf, nbytes, flags, mh, q, context);
+}
+
+/*
+ * exs_accept() and exs_connect(): an operation with no buffer. For a
+ * connect, connect() runs here: an error about the arguments or the
+ * socket is the call's (-1), one about the connection its event's.
+ */
+static int post_conn(int type, int fd, const struct sockaddr *addr,
+		     socklen_t addrlen, exs_qhandle_t q, void *context)
+{
+	struct exs_queue *qu;
+	struct exs_fd *st;
+	struct exs_op *op, **tail;
+	int err = 0, on = 0;
+	socklen_t len = sizeof(on);
+
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return fail(ENOMEM);
+	pthread_mutex_lock(&exs_lock);
+	qu = queue_of(q);
+	if (!qu || qu->dying) {
+		err = EINVAL;
+		goto out;
+	}
+	st = fd_state(fd, &err);
+	if (!st)
+		goto out;
+	if (st->q != EXS_QHANDLE_INVALID && st->q != q) {
+		err = EINVAL;	/* its pending operations are on another */
+		goto out;
+	}
+	if (qu->outstanding >= qu->depth) {
+		err = EAGAIN;
+		goto out;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len)) {
+		err = errno;
+		goto out;
+	}
+	if (type == EXS_EVT_ACCEPT ? !on : on || st->sq || st->rq) {
+		/* accept: a listener; connect: nothing else pending */
+		err = EINVAL;
+		goto out;
+	}
+	err = fd_nonblock(fd, st);
+	if (err)
+		goto out;
+	op->type = type;
+	op->nfd = -1;
+	op->mh = EXS_MHANDLE_INVALID;
+	op->context = context;
+	if (type == EXS_EVT_CONNECT) {
+		if (!connect(fd, addr, addrlen)) {
+			op->ended = true;
+		} else if (errno != EINPROGRESS) {
+			switch (errno) {
+			case ECONNREFUSED: case ENETUNREACH: case EHOSTUNREACH:
+			case ETIMEDOUT: case ECONNRESET: case EADDRNOTAVAIL:
+			case EAGAIN:	/* (no local port free) */
+				op->err = errno;	/* the event says it */
+				op->ended = true;
+				break;
+			default:	/* EISCONN, EALREADY, EAFNOSUPPORT, ... */
+				err = errno;
+				if (!st->sq && !st->rq)
+					fd_blocking_again(fd, st);
+				goto out;
+			}
+		}
+	}
+	st->q = q;
+	qu->outstanding++;
+	for (tail = type == EXS_EVT_CONNECT ? &st->sq : &st->rq; *tail;
+	     tail = &(*tail)->next)
+		;
+	*tail = op;
+	op = NULL;
+	fd_progress(fd, st);
+out:
+	pthread_mutex_unlock(&exs_lock);
+	free(op);
+	return err ? fail(err) : 0;
+}
+
+int EXS_API exs_accept(int fd, exs_qhandle_t q, void *context)
+{
+	return post_conn(EXS_EVT_ACCEPT, fd, NULL, 0, q, context);
+}
+
+int EXS_API exs_connect(int fd, const struct sockaddr *addr,
+			socklen_t addrlen, exs_qhandle_t q, void *context)
+{
+	if (!addr)
+		return fail(EFAULT);
+	return post_conn(EXS_EVT_CONNECT, fd, addr, addrlen, q, context);
 }
 
 /* ---------------------------------------------------------- dequeuing */
@@ -821,6 +1014,18 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 			epoll_ctl(qu->epfd, EPOLL_CTL_DEL, fd, NULL);
 		st->in_epoll = false;
 		st->q = EXS_QHANDLE_INVALID;
+		if (fd_same(fd, st))
+			fd_blocking_again(fd, st);
+		st->nb_set = false;
+	}
+	/* sockets accepted for events nobody will dequeue: closed */
+	while (qu->count) {
+		exs_event_t *e = &qu->ring[qu->head];
+
+		if (e->exs_evt_type == EXS_EVT_ACCEPT && e->exs_evt_fd >= 0)
+			close(e->exs_evt_fd);
+		qu->head = (qu->head + 1) % qu->depth;
+		qu->count--;
 	}
 	exs_queues[q & (EXS_MAX_QUEUES - 1)] = NULL;
 	qu->dying = true;

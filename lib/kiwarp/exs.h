@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <time.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,13 +39,16 @@ typedef int exs_mhandle_t;	/* a memory registration */
 enum exs_evt_type {
 	EXS_EVT_SEND = 1,
 	EXS_EVT_RECV = 2,
+	EXS_EVT_ACCEPT = 3,	/* exs_accept(), symbol version KIWARP_1.2 */
+	EXS_EVT_CONNECT = 4,	/* exs_connect(), KIWARP_1.2 */
 };
 
 typedef struct exs_event {
-	int exs_evt_type;	/* EXS_EVT_SEND or EXS_EVT_RECV */
+	int exs_evt_type;	/* EXS_EVT_* */
 	int exs_evt_errno;	/* 0, or why the operation ended early */
 	void *exs_evt_context;	/* as posted */
-	int exs_evt_fd;
+	int exs_evt_fd;		/* the socket; ACCEPT: the accepted one
+				 * (-1 if exs_evt_errno says why not) */
 	void *exs_evt_buf;	/* as posted */
 	size_t exs_evt_nbytes;	/* bytes sent or received (0: end of stream) */
 } exs_event_t;
@@ -64,6 +68,9 @@ int exs_send(int fd, const void *buf, size_t nbytes, int flags,
 	     exs_mhandle_t mh, exs_qhandle_t q, void *context);
 int exs_recv(int fd, void *buf, size_t nbytes, int flags,
 	     exs_mhandle_t mh, exs_qhandle_t q, void *context);
+int exs_accept(int fd, exs_qhandle_t q, void *context);
+int exs_connect(int fd, const struct sockaddr *addr, socklen_t addrlen,
+		exs_qhandle_t q, void *context);
 
 #ifdef __cplusplus
 }

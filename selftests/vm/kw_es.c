@@ -2149,6 +2149,147 @@ TEST(exs_api_on_plain_tcp_and_the_end_of_streams)
 	close(c);
 }
 
+/* open descriptors of this process */
+static int count_fds(void)
+{
+	int fd, n = 0;
+
+	for (fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+static int listener(struct sockaddr_in *a)
+{
+	socklen_t alen = sizeof(*a);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (l < 0 || bind(l, (struct sockaddr *)a, sizeof(*a)) ||
+	    listen(l, 8) || getsockname(l, (struct sockaddr *)a, &alen))
+		return -1;
+	return l;
+}
+
+/*
+ * exs_accept() and exs_connect(): an accept posted before anybody
+ * connects ends with the accepted socket; a connect ends when the
+ * connection is up, a send posted behind it goes after it and a receive
+ * posted before it is up waits for it; both sockets are blocking again
+ * once nothing is pending (the library sets O_NONBLOCK meanwhile). A
+ * refused connect is its event's ECONNREFUSED; misuse is the call's
+ * errno; a deleted queue closes the sockets it accepted for events
+ * nobody dequeued.
+ */
+TEST(exs_api_accept_and_connect)
+{
+	uint8_t out[5000], in[5000], back[100], got[100];
+	struct sockaddr_in a;
+	exs_event_t ev[4];
+	const exs_event_t *e;
+	exs_qhandle_t q;
+	int l, c, s, c2, pfd[2], nfds;
+
+	fill(out, sizeof(out), 11);
+	fill(back, sizeof(back), 12);
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	q = exs_qcreate(8);
+	ASSERT_GE(q, 0);
+	l = listener(&a);
+	ASSERT_GE(l, 0);
+	ASSERT_EQ(exs_accept(l, q, (void *)1), 0);
+	EXPECT_TRUE(fcntl(l, F_GETFL) & O_NONBLOCK);	/* while pending */
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_GE(c, 0);
+	ASSERT_EQ(exs_connect(c, (struct sockaddr *)&a, sizeof(a), q,
+			      (void *)2), 0);
+	ASSERT_EQ(exs_recv(c, got, sizeof(got), MSG_WAITALL,
+			   EXS_MHANDLE_INVALID, q, (void *)4), 0);
+	ASSERT_EQ(exs_send(c, out, sizeof(out), 0, EXS_MHANDLE_INVALID, q,
+			   (void *)3), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 3, 10000), 3);
+	e = find_ctx(ev, 3, (void *)1);
+	ASSERT_TRUE(e != NULL);
+	EXPECT_EQ(e->exs_evt_type, EXS_EVT_ACCEPT);
+	EXPECT_EQ(e->exs_evt_errno, 0);
+	s = e->exs_evt_fd;
+	ASSERT_GE(s, 0);
+	EXPECT_NE(s, l);
+	e = find_ctx(ev, 3, (void *)2);
+	ASSERT_TRUE(e != NULL);
+	EXPECT_EQ(e->exs_evt_type, EXS_EVT_CONNECT);
+	EXPECT_EQ(e->exs_evt_errno, 0);
+	EXPECT_EQ(e->exs_evt_fd, c);
+	e = find_ctx(ev, 3, (void *)3);
+	ASSERT_TRUE(e != NULL);
+	EXPECT_EQ(e->exs_evt_type, EXS_EVT_SEND);
+	EXPECT_EQ(e->exs_evt_nbytes, sizeof(out));
+	/* the connect's event before the send's: one direction, in order */
+	EXPECT_TRUE(find_ctx(ev, 3, (void *)2) < find_ctx(ev, 3, (void *)3));
+	EXPECT_FALSE(fcntl(l, F_GETFL) & O_NONBLOCK);
+	EXPECT_FALSE(fcntl(s, F_GETFL) & O_NONBLOCK);
+	ASSERT_EQ(recv(s, in, sizeof(in), MSG_WAITALL), (ssize_t)sizeof(in));
+	EXPECT_MEMEQ(in, out, sizeof(out));
+	/* the receive posted while connecting */
+	ASSERT_EQ(send(s, back, sizeof(back), 0), (ssize_t)sizeof(back));
+	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	EXPECT_EQ(ev[0].exs_evt_context, (void *)4);
+	EXPECT_EQ(ev[0].exs_evt_nbytes, sizeof(back));
+	EXPECT_MEMEQ(got, back, sizeof(back));
+	EXPECT_FALSE(fcntl(c, F_GETFL) & O_NONBLOCK);
+
+	/* misuse: the call says it */
+	EXPECT_EQ(exs_accept(c, q, NULL), -1);		/* not a listener */
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(exs_connect(s, (struct sockaddr *)&a, sizeof(a), q, NULL), -1);
+	EXPECT_EQ(errno, EISCONN);
+	EXPECT_EQ(exs_connect(c, NULL, sizeof(a), q, NULL), -1);
+	EXPECT_EQ(errno, EFAULT);
+	EXPECT_EQ(exs_connect(l, (struct sockaddr *)&a, sizeof(a), q, NULL), -1);
+	EXPECT_EQ(errno, EINVAL);			/* a listener */
+	ASSERT_EQ(pipe(pfd), 0);
+	EXPECT_EQ(exs_accept(pfd[0], q, NULL), -1);
+	EXPECT_EQ(errno, ENOTSOCK);
+	EXPECT_EQ(exs_accept(l, q + 1, NULL), -1);	/* no such queue */
+	EXPECT_EQ(errno, EINVAL);
+	close(pfd[0]);
+	close(pfd[1]);
+	close(s);
+	close(c);
+
+	/* an accepted socket nobody dequeued goes with its queue */
+	ASSERT_EQ(exs_accept(l, q, (void *)5), 0);
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_EQ(connect(c, (struct sockaddr *)&a, sizeof(a)), 0);
+	usleep(100 * 1000);
+	nfds = count_fds();
+	/* posting progresses the listener: the first accept ends */
+	ASSERT_EQ(exs_accept(l, q, (void *)6), 0);
+	EXPECT_EQ(count_fds(), nfds + 1);
+	ASSERT_EQ(exs_qdelete(q), 0);
+	/* the accepted socket, and the queue's epoll fd and eventfd */
+	EXPECT_EQ(count_fds(), nfds + 1 - 3);
+	EXPECT_FALSE(fcntl(l, F_GETFL) & O_NONBLOCK);	/* abandoned: blocking */
+	close(c);
+
+	/* nobody listens any more: the event says ECONNREFUSED */
+	close(l);
+	q = exs_qcreate(2);
+	ASSERT_GE(q, 0);
+	c2 = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_EQ(exs_connect(c2, (struct sockaddr *)&a, sizeof(a), q,
+			      (void *)7), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	EXPECT_EQ(ev[0].exs_evt_type, EXS_EVT_CONNECT);
+	EXPECT_EQ(ev[0].exs_evt_errno, ECONNREFUSED);
+	EXPECT_EQ(ev[0].exs_evt_fd, c2);
+	EXPECT_FALSE(fcntl(c2, F_GETFL) & O_NONBLOCK);
+	close(c2);
+	EXPECT_EQ(exs_qdelete(q), 0);
+}
+
 /* Every misuse is a clear errno, and a full queue says EAGAIN. */
 TEST(exs_api_bad_arguments)
 {
