@@ -54,6 +54,10 @@
 
 static void tx_zc_end(struct kw_qp *qp);
 
+/* how long a QP copies after the stack copied its pages: txzc_complete() */
+#define KW_TX_HOLD_MIN	HZ
+#define KW_TX_HOLD_MAX	(64 * HZ)
+
 /* The message is over (sent or abandoned): our references go. */
 static void tx_drop_refs(struct kw_qp *qp)
 {
@@ -90,9 +94,13 @@ struct kw_zcd {
 	refcount_t ref;
 	spinlock_t lock;
 	struct kw_qp *qp;
-	/* the stack copied our pages, last at copied_at: txzc_complete() */
+	/*
+	 * The stack copied our pages, last at copied_at; the QP copies
+	 * until copied_at + hold (txzc_complete(), kw_tx_path_copies()).
+	 */
 	bool copied;
 	unsigned long copied_at;
+	unsigned long hold;
 };
 
 struct kw_txzc {
@@ -153,14 +161,30 @@ static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
 	 * software segmentation reports success).
 	 * Measured on veth and loopback: 1.5-3x the bandwidth of by
 	 * reference, at a fraction of the CPU (performance.md).
+	 *
+	 * The while: KW_TX_HOLD_MIN after the first report; a report that
+	 * comes after it ran out answers a probe (a message sent by
+	 * reference again), and doubles it, up to KW_TX_HOLD_MAX. A slow
+	 * QP among many (1000 QPs sharing a link) would otherwise send
+	 * most of its messages as probes. Racing callbacks may double it
+	 * twice: harmless.
 	 */
 	if (skb && !zerocopy_success) {
 		struct kw_zcd *d = z->zcd;
+		unsigned long now = jiffies, at = READ_ONCE(d->copied_at);
+		unsigned long hold = READ_ONCE(d->hold);
 
-		if (READ_ONCE(d->copied_at) != jiffies)
-			WRITE_ONCE(d->copied_at, jiffies);
-		if (!READ_ONCE(d->copied))
+		if (!READ_ONCE(d->copied)) {
+			WRITE_ONCE(d->hold, KW_TX_HOLD_MIN);
+			WRITE_ONCE(d->copied_at, now);
 			WRITE_ONCE(d->copied, true);
+		} else {
+			if (!time_in_range(now, at, at + hold) &&
+			    hold < KW_TX_HOLD_MAX)
+				WRITE_ONCE(d->hold, hold * 2);
+			if (at != now)
+				WRITE_ONCE(d->copied_at, now);
+		}
 	}
 	if (!refcount_dec_and_test(&uarg->refcnt))
 		return;
@@ -222,15 +246,14 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 }
 
 /*
- * Whether this connection's stack copied what we sent by reference in the
- * last KW_TX_REPROBE (txzc_complete()): then Sends and Writes are copied,
- * unless the QP was given its copy_max (KIWARP_QP_COPY_MAX). A local peer
- * stays local, but a packet socket on a NIC copies too (dev_queue_xmit_nit()),
- * and that can end: once a second one message goes by reference again and
- * tells. qp->lock held (qp->zcd).
+ * Whether this connection's stack copied what we sent by reference
+ * lately (txzc_complete(): within the hold after its last report): then
+ * Sends and Writes are copied, unless the QP was given its copy_max
+ * (KIWARP_QP_COPY_MAX). A local peer stays local, but a packet socket on
+ * a NIC copies too (dev_queue_xmit_nit()), and that can end: when the
+ * hold runs out one message goes by reference again and tells.
+ * qp->lock held (qp->zcd).
  */
-#define KW_TX_REPROBE	HZ
-
 bool kw_tx_path_copies(struct kw_qp *qp)
 {
 	struct kw_zcd *d = qp->zcd;
@@ -241,7 +264,7 @@ bool kw_tx_path_copies(struct kw_qp *qp)
 		return false;
 	at = READ_ONCE(d->copied_at);
 	/* in range, not before: jiffies wrap on 32-bit */
-	return time_in_range(jiffies, at, at + KW_TX_REPROBE);
+	return time_in_range(jiffies, at, at + READ_ONCE(d->hold));
 }
 
 /* Drop our ubuf reference (tx_drop_refs()). Not under qp->lock. */

@@ -430,13 +430,15 @@ struct kiwarp_query_qp {
 };
 
 /*
- * struct kiwarp_query_qp.flags. TX_COPIED: in the last second the stack
- * copied the pages of a message this QP sent by reference before letting
- * them go (the receiver is on this host: loopback, veth; a packet socket on
- * the device), so zero copy does not pay on this connection. A QP created
+ * struct kiwarp_query_qp.flags. TX_COPIED: the stack lately copied the
+ * pages of a message this QP sent by reference before letting them go (the
+ * receiver is on this host: loopback, veth; a packet socket on the
+ * device), so zero copy does not pay on this connection. A QP created
  * without KIWARP_QP_COPY_MAX then copies every Send and RDMA Write
- * (completing as a copied message does), and once a second one message
- * goes by reference again to see whether that still holds.
+ * (completing as a copied message does). "Lately": for a second after the
+ * first such report; then one message goes by reference again to see, and
+ * each probe that finds the pages copied again doubles the time, up to
+ * 64 s.
  */
 #define KIWARP_QPQ_TX_COPIED	(1U << 0)
 
