@@ -57,6 +57,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include <linux/errqueue.h>
 #include <linux/kiwarp.h>
@@ -458,6 +459,18 @@ static void fd_zc_notes(int fd, struct exs_fd *st)
 	}
 }
 
+/* accept(2): errors of a connection that died queued, or of the net */
+static bool accept_again(int err)
+{
+	switch (err) {
+	case EINTR: case ECONNABORTED: case EPROTO: case ENETDOWN:
+	case ENOPROTOOPT: case EHOSTDOWN: case ENONET: case EHOSTUNREACH:
+	case EOPNOTSUPP: case ENETUNREACH:
+		return true;
+	}
+	return false;
+}
+
 /* A pending connect() finished: op->err is its outcome (SO_ERROR). */
 static bool fd_connect_done(int fd, struct exs_op *op)
 {
@@ -480,6 +493,29 @@ static bool fd_connect_done(int fd, struct exs_op *op)
 }
 
 /*
+ * A connect at the head of sq: once it finished, its event, before any of
+ * the operations behind it; if it failed, they fail with its error, and
+ * so does every later one on the socket (a new exs_connect() starts over).
+ */
+static void fd_connect_step(int fd, struct exs_fd *st, uint32_t *wait)
+{
+	struct exs_op *op = st->sq;
+
+	if (!op || op->type != EXS_EVT_CONNECT)
+		return;
+	if (!op->ended && !fd_connect_done(fd, op)) {
+		*wait |= EPOLLOUT;
+		return;
+	}
+	st->sq = op->next;
+	if (op->err) {
+		st->snd_err = op->err;
+		st->rcv_err = op->err;
+	}
+	op_complete(fd, st, op);
+}
+
+/*
  * Move sq's bytes until the socket would block (*wait: the events to wait
  * for; ENOBUFS: the kernel waits for us to read notifications).
  */
@@ -491,13 +527,9 @@ static void fd_send(int fd, struct exs_fd *st, uint32_t *wait)
 		if (op->ended)
 			continue;
 		if (op->type == EXS_EVT_CONNECT) {
-			/* sends behind it wait for it */
-			if (!fd_connect_done(fd, op)) {
-				*wait |= EPOLLOUT;
-				return;
-			}
-			op->ended = true;
-			continue;
+			/* sends behind it wait for it (fd_connect_step()) */
+			*wait |= EPOLLOUT;
+			return;
 		}
 		while (!st->snd_err && op->done < op->len) {
 			int fl = MSG_DONTWAIT | MSG_NOSIGNAL |
@@ -538,17 +570,15 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 	struct exs_op *op;
 
 	/* not before a pending connect: recv() would take its error */
-	if (st->sq && st->sq->type == EXS_EVT_CONNECT && !st->sq->ended)
+	if (st->sq && st->sq->type == EXS_EVT_CONNECT)
 		return;
 	while ((op = st->rq)) {
 		if (op->type == EXS_EVT_ACCEPT) {
 			int nfd;
 
 			do {	/* a connection that died queued: the next */
-				nfd = accept(fd, NULL, NULL);
-			} while (nfd < 0 && (errno == EINTR ||
-					     errno == ECONNABORTED ||
-					     errno == EPROTO));
+				nfd = (int)syscall(SYS_accept4, fd, NULL, NULL, 0);
+			} while (nfd < 0 && accept_again(errno));
 			if (nfd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 				*wait |= EPOLLIN;
 				return;
@@ -637,12 +667,17 @@ static void fd_progress(int fd, struct exs_fd *st)
 		return;
 	}
 	/* a pending connect first: receives wait for its outcome */
-	if (st->sq && st->sq->type == EXS_EVT_CONNECT && !st->sq->ended)
-		fd_send(fd, st, &wait);
+	fd_connect_step(fd, st, &wait);
+	if (st->nb_set && !(st->sq && st->sq->type == EXS_EVT_CONNECT) &&
+	    !(st->rq && st->rq->type == EXS_EVT_ACCEPT))
+		fd_blocking_again(fd, st);	/* no accept/connect left */
 	if (st->rq)
 		fd_recv(fd, st, &wait);
 	if (st->sq)
 		fd_send(fd, st, &wait);
+	if (st->nb_set && !(st->rq && st->rq->type == EXS_EVT_ACCEPT) &&
+	    !(st->sq && st->sq->type == EXS_EVT_CONNECT))
+		fd_blocking_again(fd, st);
 	if (st->zc_on)
 		fd_zc_notes(fd, st);
 	while ((op = st->sq) && op->ended &&
@@ -742,7 +777,12 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 	op->len = nbytes;
 	op->mh = mh;
 	op->context = context;
-	if (type == EXS_EVT_SEND && mh != EXS_MHANDLE_INVALID)
+	/*
+	 * (Not behind a pending connect: an IWARP_MREG then could wait for
+	 * the stream's MPA exchange; such a send copies.)
+	 */
+	if (type == EXS_EVT_SEND && mh != EXS_MHANDLE_INVALID &&
+	    !(st->sq && st->sq->type == EXS_EVT_CONNECT))
 		op->zc = fd_zc_ready(fd, st, mh);
 	if (mh != EXS_MHANDLE_INVALID)
 		mreg_of(mh)->busy++;
@@ -822,12 +862,17 @@ static int post_conn(int type, int fd, const struct sockaddr *addr,
 	err = fd_nonblock(fd, st);
 	if (err)
 		goto out;
+	if (type == EXS_EVT_CONNECT) {	/* a retry starts over */
+		st->snd_err = 0;
+		st->rcv_err = 0;
+		st->eof = false;
+	}
 	op->type = type;
 	op->nfd = -1;
 	op->mh = EXS_MHANDLE_INVALID;
 	op->context = context;
 	if (type == EXS_EVT_CONNECT) {
-		if (!connect(fd, addr, addrlen)) {
+		if (!syscall(SYS_connect, fd, addr, addrlen)) {
 			op->ended = true;
 		} else if (errno != EINPROGRESS) {
 			switch (errno) {
@@ -944,7 +989,7 @@ int EXS_API exs_qdequeue(exs_qhandle_t q, exs_event_t *events, int nevents,
 		return fail(EINVAL);
 	}
 	for (;;) {
-		struct epoll_event ev;
+		struct pollfd pw = { .events = POLLIN };
 		long long left;
 		int r;
 
@@ -961,7 +1006,13 @@ int EXS_API exs_qdequeue(exs_qhandle_t q, exs_event_t *events, int nevents,
 		 */
 		qu->waiters++;
 		pthread_mutex_unlock(&exs_lock);
-		r = epoll_wait(qu->epfd, &ev, 1, left < 0 ? -1 :
+		/*
+		 * poll() on the epoll fd, not epoll_wait(): that would
+		 * take a socket's edge, and queue_progress() then find
+		 * nothing (an accept or a connect would never end)
+		 */
+		pw.fd = qu->epfd;
+		r = poll(&pw, 1, left < 0 ? -1 :
 			       left > INT_MAX ? INT_MAX : (int)left);
 		if (r < 0 && errno != EINTR)
 			r = 0;
@@ -986,7 +1037,7 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 {
 	struct exs_queue *qu;
 	uint64_t one = 1;
-	int fd;
+	int fd, *gone = NULL, ngone = 0;
 
 	pthread_mutex_lock(&exs_lock);
 	qu = queue_of(q);
@@ -1018,12 +1069,21 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 			fd_blocking_again(fd, st);
 		st->nb_set = false;
 	}
-	/* sockets accepted for events nobody will dequeue: closed */
+	/*
+	 * Sockets accepted for events nobody will dequeue: closed, after
+	 * the lock (close() may linger). No memory for the list: at once.
+	 */
+	if (qu->count)
+		gone = malloc(qu->count * sizeof(*gone));
 	while (qu->count) {
 		exs_event_t *e = &qu->ring[qu->head];
 
-		if (e->exs_evt_type == EXS_EVT_ACCEPT && e->exs_evt_fd >= 0)
-			close(e->exs_evt_fd);
+		if (e->exs_evt_type == EXS_EVT_ACCEPT && e->exs_evt_fd >= 0) {
+			if (gone)
+				gone[ngone++] = e->exs_evt_fd;
+			else
+				close(e->exs_evt_fd);
+		}
 		qu->head = (qu->head + 1) % qu->depth;
 		qu->count--;
 	}
@@ -1037,6 +1097,9 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 		queue_free(qu);
 	}
 	pthread_mutex_unlock(&exs_lock);
+	while (ngone)
+		close(gone[--ngone]);
+	free(gone);
 	return 0;
 }
 

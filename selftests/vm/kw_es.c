@@ -2173,23 +2173,48 @@ static int listener(struct sockaddr_in *a)
 	return l;
 }
 
+struct late_conn {
+	pthread_t t;
+	struct sockaddr_in a;
+	int fd;
+};
+
+/* connect to a after 300 ms, while the test waits in exs_qdequeue() */
+static void *late_connect(void *arg)
+{
+	struct late_conn *lc = arg;
+
+	usleep(300 * 1000);
+	lc->fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (lc->fd >= 0 &&
+	    connect(lc->fd, (struct sockaddr *)&lc->a, sizeof(lc->a))) {
+		close(lc->fd);
+		lc->fd = -1;
+	}
+	return NULL;
+}
+
 /*
  * exs_accept() and exs_connect(): an accept posted before anybody
  * connects ends with the accepted socket; a connect ends when the
  * connection is up, a send posted behind it goes after it and a receive
  * posted before it is up waits for it; both sockets are blocking again
  * once nothing is pending (the library sets O_NONBLOCK meanwhile). A
- * refused connect is its event's ECONNREFUSED; misuse is the call's
- * errno; a deleted queue closes the sockets it accepted for events
- * nobody dequeued.
+ * refused connect is its event's ECONNREFUSED, and the operations posted
+ * behind it end after it with the same error; a connection that comes
+ * while the caller sleeps in exs_qdequeue() wakes it; misuse is the call's
+ * errno; a deleted queue closes the sockets it accepted for events nobody
+ * dequeued.
  */
 TEST(exs_api_accept_and_connect)
 {
 	uint8_t out[5000], in[5000], back[100], got[100];
 	struct sockaddr_in a;
+	struct late_conn lc = { .fd = -1 };
 	exs_event_t ev[4];
 	const exs_event_t *e;
 	exs_qhandle_t q;
+	struct pollfd pl;
 	int l, c, s, c2, pfd[2], nfds;
 
 	fill(out, sizeof(out), 11);
@@ -2259,11 +2284,26 @@ TEST(exs_api_accept_and_connect)
 	close(s);
 	close(c);
 
+	/* a connection while the caller sleeps: the sleeper gets it */
+	ASSERT_EQ(exs_accept(l, q, (void *)8), 0);
+	lc.a = a;
+	ASSERT_EQ(pthread_create(&lc.t, NULL, late_connect, &lc), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 1, 20000), 1);
+	pthread_join(lc.t, NULL);
+	ASSERT_GE(lc.fd, 0);
+	EXPECT_EQ(ev[0].exs_evt_type, EXS_EVT_ACCEPT);
+	EXPECT_EQ(ev[0].exs_evt_context, (void *)8);
+	ASSERT_GE(ev[0].exs_evt_fd, 0);
+	close(ev[0].exs_evt_fd);
+	close(lc.fd);
+
 	/* an accepted socket nobody dequeued goes with its queue */
 	ASSERT_EQ(exs_accept(l, q, (void *)5), 0);
 	c = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_GE(c, 0);
 	ASSERT_EQ(connect(c, (struct sockaddr *)&a, sizeof(a)), 0);
-	usleep(100 * 1000);
+	pl = (struct pollfd){ .fd = l, .events = POLLIN };
+	ASSERT_EQ(poll(&pl, 1, 10000), 1);	/* queued at the listener */
 	nfds = count_fds();
 	/* posting progresses the listener: the first accept ends */
 	ASSERT_EQ(exs_accept(l, q, (void *)6), 0);
@@ -2274,17 +2314,28 @@ TEST(exs_api_accept_and_connect)
 	EXPECT_FALSE(fcntl(l, F_GETFL) & O_NONBLOCK);	/* abandoned: blocking */
 	close(c);
 
-	/* nobody listens any more: the event says ECONNREFUSED */
+	/*
+	 * nobody listens any more: the event says ECONNREFUSED, first,
+	 * and the send and receive behind it end with it
+	 */
 	close(l);
-	q = exs_qcreate(2);
+	q = exs_qcreate(4);
 	ASSERT_GE(q, 0);
 	c2 = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_GE(c2, 0);
 	ASSERT_EQ(exs_connect(c2, (struct sockaddr *)&a, sizeof(a), q,
 			      (void *)7), 0);
-	ASSERT_EQ(dequeue_all(q, ev, 1, 10000), 1);
+	ASSERT_EQ(exs_send(c2, out, sizeof(out), 0, EXS_MHANDLE_INVALID, q,
+			   (void *)9), 0);
+	ASSERT_EQ(exs_recv(c2, in, sizeof(in), 0, EXS_MHANDLE_INVALID, q,
+			   (void *)10), 0);
+	ASSERT_EQ(dequeue_all(q, ev, 3, 10000), 3);
 	EXPECT_EQ(ev[0].exs_evt_type, EXS_EVT_CONNECT);
 	EXPECT_EQ(ev[0].exs_evt_errno, ECONNREFUSED);
 	EXPECT_EQ(ev[0].exs_evt_fd, c2);
+	EXPECT_EQ(ev[1].exs_evt_errno, ECONNREFUSED);
+	EXPECT_EQ(ev[2].exs_evt_errno, ECONNREFUSED);
+	EXPECT_EQ(ev[1].exs_evt_nbytes + ev[2].exs_evt_nbytes, 0);
 	EXPECT_FALSE(fcntl(c2, F_GETFL) & O_NONBLOCK);
 	close(c2);
 	EXPECT_EQ(exs_qdelete(q), 0);
