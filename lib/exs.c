@@ -728,12 +728,44 @@ static void fd_progress(int fd, struct exs_fd *st)
 
 /* ----------------------------------------------------------- posting */
 
+/* The socket's state, if an operation on queue q may be posted on it. */
+static struct exs_fd *post_target(int fd, struct exs_queue *qu,
+				  exs_qhandle_t q, int *err)
+{
+	struct exs_fd *st = fd_state(fd, err);
+
+	if (!st)
+		return NULL;
+	if (st->q != EXS_QHANDLE_INVALID && st->q != q)
+		*err = EINVAL;	/* its pending operations are on another */
+	else if (qu->outstanding >= qu->depth)
+		*err = EAGAIN;	/* every event must fit the ring */
+	else
+		return st;
+	return NULL;
+}
+
+/* Queue op on its side of the socket, and move the socket forward. */
+static void post_queue(int fd, struct exs_fd *st, exs_qhandle_t q,
+		       struct exs_op *op, bool send_side)
+{
+	struct exs_op **tail;
+
+	st->q = q;
+	queue_of(q)->outstanding++;
+	for (tail = send_side ? &st->sq : &st->rq; *tail;
+	     tail = &(*tail)->next)
+		;
+	*tail = op;
+	fd_progress(fd, st);
+}
+
 static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 		exs_mhandle_t mh, exs_qhandle_t q, void *context)
 {
 	struct exs_queue *qu;
 	struct exs_fd *st;
-	struct exs_op *op, **tail;
+	struct exs_op *op;
 	int err = 0;
 
 	if (!buf)
@@ -759,17 +791,9 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 			goto out;
 		}
 	}
-	st = fd_state(fd, &err);
+	st = post_target(fd, qu, q, &err);
 	if (!st)
 		goto out;
-	if (st->q != EXS_QHANDLE_INVALID && st->q != q) {
-		err = EINVAL;	/* its pending operations are on another */
-		goto out;
-	}
-	if (qu->outstanding >= qu->depth) {
-		err = EAGAIN;	/* every event must fit the ring */
-		goto out;
-	}
 	op->type = type;
 	op->nfd = -1;
 	op->flags = flags;
@@ -786,14 +810,8 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 		op->zc = fd_zc_ready(fd, st, mh);
 	if (mh != EXS_MHANDLE_INVALID)
 		mreg_of(mh)->busy++;
-	st->q = q;
-	qu->outstanding++;
-	for (tail = type == EXS_EVT_SEND ? &st->sq : &st->rq; *tail;
-	     tail = &(*tail)->next)
-		;
-	*tail = op;
+	post_queue(fd, st, q, op, type == EXS_EVT_SEND);
 	op = NULL;
-	fd_progress(fd, st);
 out:
 	pthread_mutex_unlock(&exs_lock);
 	free(op);
@@ -826,7 +844,7 @@ static int post_conn(int type, int fd, const struct sockaddr *addr,
 {
 	struct exs_queue *qu;
 	struct exs_fd *st;
-	struct exs_op *op, **tail;
+	struct exs_op *op;
 	int err = 0, on = 0;
 	socklen_t len = sizeof(on);
 
@@ -839,17 +857,9 @@ static int post_conn(int type, int fd, const struct sockaddr *addr,
 		err = EINVAL;
 		goto out;
 	}
-	st = fd_state(fd, &err);
+	st = post_target(fd, qu, q, &err);
 	if (!st)
 		goto out;
-	if (st->q != EXS_QHANDLE_INVALID && st->q != q) {
-		err = EINVAL;	/* its pending operations are on another */
-		goto out;
-	}
-	if (qu->outstanding >= qu->depth) {
-		err = EAGAIN;
-		goto out;
-	}
 	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len)) {
 		err = errno;
 		goto out;
@@ -890,14 +900,8 @@ static int post_conn(int type, int fd, const struct sockaddr *addr,
 			}
 		}
 	}
-	st->q = q;
-	qu->outstanding++;
-	for (tail = type == EXS_EVT_CONNECT ? &st->sq : &st->rq; *tail;
-	     tail = &(*tail)->next)
-		;
-	*tail = op;
+	post_queue(fd, st, q, op, type == EXS_EVT_CONNECT);
 	op = NULL;
-	fd_progress(fd, st);
 out:
 	pthread_mutex_unlock(&exs_lock);
 	free(op);
