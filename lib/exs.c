@@ -130,7 +130,7 @@ struct exs_fd {
 	bool zc_on;		/* SO_ZEROCOPY set */
 	bool zc_off;		/* registering failed once: copy from now on */
 	bool eof;		/* recv() said 0 */
-	bool nb_set;		/* we set O_NONBLOCK: cleared when idle */
+	bool nb_set;		/* we set O_NONBLOCK: see fd_nonblock() */
 	int snd_err, rcv_err;	/* the stream broke: later ones fail too */
 	uint32_t zc_next;	/* id of its next MSG_ZEROCOPY call */
 	exs_mhandle_t regs[EXS_FD_MREGS];	/* IWARP_MREG done for these */
@@ -668,16 +668,13 @@ static void fd_progress(int fd, struct exs_fd *st)
 	}
 	/* a pending connect first: receives wait for its outcome */
 	fd_connect_step(fd, st, &wait);
-	if (st->nb_set && !(st->sq && st->sq->type == EXS_EVT_CONNECT) &&
-	    !(st->rq && st->rq->type == EXS_EVT_ACCEPT))
-		fd_blocking_again(fd, st);	/* no accept/connect left */
 	if (st->rq)
 		fd_recv(fd, st, &wait);
 	if (st->sq)
 		fd_send(fd, st, &wait);
 	if (st->nb_set && !(st->rq && st->rq->type == EXS_EVT_ACCEPT) &&
 	    !(st->sq && st->sq->type == EXS_EVT_CONNECT))
-		fd_blocking_again(fd, st);
+		fd_blocking_again(fd, st);	/* no accept/connect left */
 	if (st->zc_on)
 		fd_zc_notes(fd, st);
 	while ((op = st->sq) && op->ended &&
