@@ -97,8 +97,8 @@ struct kw_zcd {
 	/*
 	 * The stack copied our pages, last at copied_at; the QP copies
 	 * until copied_at + hold (txzc_complete(), kw_tx_path_copies()).
+	 * hold 0: never told so.
 	 */
-	bool copied;
 	unsigned long copied_at;
 	unsigned long hold;
 };
@@ -174,10 +174,9 @@ static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
 		unsigned long now = jiffies, at = READ_ONCE(d->copied_at);
 		unsigned long hold = READ_ONCE(d->hold);
 
-		if (!READ_ONCE(d->copied)) {
-			WRITE_ONCE(d->hold, KW_TX_HOLD_MIN);
+		if (!hold) {
 			WRITE_ONCE(d->copied_at, now);
-			WRITE_ONCE(d->copied, true);
+			WRITE_ONCE(d->hold, KW_TX_HOLD_MIN);
 		} else {
 			if (!time_in_range(now, at, at + hold) &&
 			    hold < KW_TX_HOLD_MAX)
@@ -257,14 +256,15 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 bool kw_tx_path_copies(struct kw_qp *qp)
 {
 	struct kw_zcd *d = qp->zcd;
-	unsigned long at;
+	unsigned long at, hold;
 
 	lockdep_assert_held(&qp->lock);
-	if (!d || !READ_ONCE(d->copied))
+	if (!d)
 		return false;
+	hold = READ_ONCE(d->hold);
 	at = READ_ONCE(d->copied_at);
 	/* in range, not before: jiffies wrap on 32-bit */
-	return time_in_range(jiffies, at, at + READ_ONCE(d->hold));
+	return hold && time_in_range(jiffies, at, at + hold);
 }
 
 /* Drop our ubuf reference (tx_drop_refs()). Not under qp->lock. */
