@@ -471,6 +471,18 @@ static bool accept_again(int err)
 	return false;
 }
 
+/* A connect heads the send side: what is behind it waits for it. */
+static bool fd_connecting(const struct exs_fd *st)
+{
+	return st->sq && st->sq->type == EXS_EVT_CONNECT;
+}
+
+/* Accepts are pending (a listener has no other operations). */
+static bool fd_accepting(const struct exs_fd *st)
+{
+	return st->rq && st->rq->type == EXS_EVT_ACCEPT;
+}
+
 /* A pending connect() finished: op->err is its outcome (SO_ERROR). */
 static bool fd_connect_done(int fd, struct exs_op *op)
 {
@@ -501,7 +513,7 @@ static void fd_connect_step(int fd, struct exs_fd *st, uint32_t *wait)
 {
 	struct exs_op *op = st->sq;
 
-	if (!op || op->type != EXS_EVT_CONNECT)
+	if (!fd_connecting(st))
 		return;
 	if (!op->ended && !fd_connect_done(fd, op)) {
 		*wait |= EPOLLOUT;
@@ -570,7 +582,7 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 	struct exs_op *op;
 
 	/* not before a pending connect: recv() would take its error */
-	if (st->sq && st->sq->type == EXS_EVT_CONNECT)
+	if (fd_connecting(st))
 		return;
 	while ((op = st->rq)) {
 		if (op->type == EXS_EVT_ACCEPT) {
@@ -672,8 +684,7 @@ static void fd_progress(int fd, struct exs_fd *st)
 		fd_recv(fd, st, &wait);
 	if (st->sq)
 		fd_send(fd, st, &wait);
-	if (st->nb_set && !(st->rq && st->rq->type == EXS_EVT_ACCEPT) &&
-	    !(st->sq && st->sq->type == EXS_EVT_CONNECT))
+	if (st->nb_set && !fd_accepting(st) && !fd_connecting(st))
 		fd_blocking_again(fd, st);	/* no accept/connect left */
 	if (st->zc_on)
 		fd_zc_notes(fd, st);
@@ -803,7 +814,7 @@ static int post(int type, int fd, const void *buf, size_t nbytes, int flags,
 	 * the stream's MPA exchange; such a send copies.)
 	 */
 	if (type == EXS_EVT_SEND && mh != EXS_MHANDLE_INVALID &&
-	    !(st->sq && st->sq->type == EXS_EVT_CONNECT))
+	    !fd_connecting(st))
 		op->zc = fd_zc_ready(fd, st, mh);
 	if (mh != EXS_MHANDLE_INVALID)
 		mreg_of(mh)->busy++;
