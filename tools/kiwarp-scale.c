@@ -854,7 +854,7 @@ static void usage(void)
 "       kiwarp-scale -c HOST [-p PORT] -t bw|setup|mem -N COUNT\n"
 "                    [-T kiwarp|kiwarp-sock|tcp] [--bytes B] [--size S]\n"
 "                    [--verify] [--json] [--copy-max N]\n"
-"  --copy-max N  the client's QPs copy Writes of up to N bytes (default:\n"
+"  --copy-max N  this side's QPs copy Writes of up to N bytes (default:\n"
 "                the kernel's, which also copies while a local peer's\n"
 "                stack copies anyway)\n");
 	exit(2);
