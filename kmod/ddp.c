@@ -234,6 +234,7 @@ void kw_rx_init(struct kw_rx *rx, const struct kw_rx_ops *ops, void *ctx,
 	rx->crc = crc;
 	rx->pd = pd;
 	rx->state = KW_RX_HDR;
+	rx->crc_acc = kw_mpa_crc_init();
 	/* RFC 5041 section 4.3: the first MSN of every queue is 1 */
 	rx->msn[0] = rx->msn[1] = rx->msn[2] = 1;
 }
@@ -523,9 +524,6 @@ static void rx_header_done(struct kw_rx *rx)
 	rx->ulpdu_len = get_unaligned_be16(rx->hdr);
 	memcpy(rx->bad, rx->hdr, rx->hdr_got);
 	rx->bad_len = rx->hdr_got;
-	if (rx->crc && !rx->verified)
-		rx->crc_acc = kw_mpa_crc_update(kw_mpa_crc_init(), rx->hdr,
-						rx->hdr_got);
 
 	len = rx->ulpdu_len - hlen;	/* >= 0: rx_hdr() checked */
 	rx->discard = false;
@@ -642,8 +640,6 @@ static size_t rx_data(struct kw_rx *rx, const u8 *p, size_t len)
 {
 	u32 n = min_t(u32, rx->data_left, len);
 
-	if (rx->crc && !rx->verified)
-		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, p, n);
 	if (!rx->discard)
 		rx_place(rx, p, n);
 	rx->data_done += n;
@@ -660,9 +656,6 @@ static size_t rx_inline(struct kw_rx *rx, const u8 *p, size_t len)
 	memcpy(rx->inl + rx->inl_got, p, n);
 	rx->inl_got += n;
 	if (rx->inl_got == rx->inl_need) {
-		if (rx->crc && !rx->verified)
-			rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, rx->inl,
-							rx->inl_got);
 		/* keep the Read Request header for a Terminate's R part */
 		if (rx->h.opcode == KW_OP_READ_REQ &&
 		    rx->inl_got == KW_READ_REQ_LEN &&
@@ -688,14 +681,13 @@ static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
 		return n;
 
 	/*
-	 * RFC 5044 section 4.4: CRC over length, ULPDU and pad. Without
-	 * CRC the field may hold any value and is ignored (section 4.1), as
-	 * it is for an FPDU the caller verified ahead.
+	 * RFC 5044 section 4.4: CRC over length, ULPDU and pad (and the
+	 * markers among them, section 5; crc_acc has them all, in wire
+	 * order). Without CRC the field may hold any value and is ignored
+	 * (section 4.1), as it is for an FPDU the caller verified ahead.
 	 */
 	if (rx->crc && !rx->verified) {
-		u32 crc = kw_mpa_crc_update(rx->crc_acc, rx->trailer, pad);
-
-		if (!kw_mpa_crc_check(crc, rx->trailer + pad)) {
+		if (!kw_mpa_crc_check(rx->crc_acc, rx->trailer + pad)) {
 			rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
 				 KW_TERM_LLP_CRC);
 			return n;
@@ -728,6 +720,8 @@ static size_t rx_trailer(struct kw_rx *rx, const u8 *p, size_t len)
 	rx->hdr_got = 0;
 	rx->bad_len = 0;
 	rx->verified = false;
+	rx->fpdu_open = false;
+	rx->crc_acc = kw_mpa_crc_init();
 	rx->state = KW_RX_HDR;
 	return n;
 }
@@ -745,36 +739,105 @@ void kw_rx_crc_failed(struct kw_rx *rx)
 			 KW_TERM_LLP_CRC);
 }
 
+void kw_rx_set_markers(struct kw_rx *rx)
+{
+	rx->markers = true;
+	rx->fpdu_open = false;
+	rx->mpos = 0;
+	rx->mk_got = 0;
+}
+
+/* Fold n received bytes into the current FPDU's CRC. */
+static void rx_crc_in(struct kw_rx *rx, const u8 *p, size_t n)
+{
+	if (rx->crc && !rx->verified && n)
+		rx->crc_acc = kw_mpa_crc_update(rx->crc_acc, p, n);
+}
+
+/*
+ * Bytes of the marker at the current position (RFC 5044 section 5). Its
+ * FPDUPTR must point back to the first octet of the FPDU it sits in (0
+ * for one that leads an FPDU); the two low bits count as zero and the
+ * reserved half is ignored. Anything else is an LLP error: Terminate
+ * "Marker and ULPDU pointers not consistent" (section 8).
+ */
+static size_t rx_marker(struct kw_rx *rx, const u8 *p, size_t len)
+{
+	u32 n = min_t(u32, KW_MPA_MARKER_LEN - rx->mk_got, len), want;
+
+	memcpy(rx->mk + rx->mk_got, p, n);
+	rx_crc_in(rx, p, n);
+	rx->mk_got += n;
+	rx->mpos += n;
+	if (rx->mk_got < KW_MPA_MARKER_LEN)
+		return n;
+	rx->mk_got = 0;
+	rx->markers_seen++;
+	want = rx->mpos - KW_MPA_MARKER_LEN - rx->fpdu_pos;
+	if (want > 0xffff ||
+	    (get_unaligned_be16(rx->mk + 2) & ~3U) != want) {
+		rx->bad_len = 0;
+		rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
+			 KW_TERM_LLP_MARKER);
+	}
+	return n;
+}
+
 size_t kw_rx_input(struct kw_rx *rx, const u8 *p, size_t len)
 {
-	size_t done = 0;
+	size_t done = 0, n, used, take, pad;
 
 	while (rx->state != KW_RX_ERROR) {
 		/* a zero-length payload moves DATA->TRAILER with no input */
-		if (done == len && rx->state != KW_RX_DATA)
+		if (rx->state == KW_RX_DATA && !rx->data_left) {
+			rx->state = KW_RX_TRAILER;
+			continue;
+		}
+		if (done == len)
 			break;
+		n = len - done;
+		if (rx->markers) {
+			/* an FPDU begins: with its leading marker, if one
+			 * is due here */
+			if (rx->state == KW_RX_HDR && !rx->hdr_got &&
+			    !rx->fpdu_open) {
+				rx->fpdu_open = true;
+				rx->fpdu_pos = rx->mpos;
+			}
+			if (rx->mk_got || !kw_mpa_marker_gap(rx->mpos)) {
+				done += rx_marker(rx, p + done, n);
+				continue;
+			}
+			n = min_t(size_t, n, kw_mpa_marker_gap(rx->mpos));
+		}
 		switch (rx->state) {
 		case KW_RX_HDR:
-			done += rx_hdr(rx, p + done, len - done);
+			used = rx_hdr(rx, p + done, n);
+			rx_crc_in(rx, p + done, used);
 			break;
 		case KW_RX_INLINE:
-			done += rx_inline(rx, p + done, len - done);
+			used = rx_inline(rx, p + done, n);
+			rx_crc_in(rx, p + done, used);
 			break;
 		case KW_RX_DATA:
-			if (!rx->data_left) {
-				rx->state = KW_RX_TRAILER;
-				break;
-			}
-			if (done == len)
-				return done;
-			done += rx_data(rx, p + done, len - done);
+			used = rx_data(rx, p + done, n);
+			rx_crc_in(rx, p + done, used);
 			break;
 		case KW_RX_TRAILER:
-			done += rx_trailer(rx, p + done, len - done);
+			/* the pad is CRC'd, the CRC field not; before the
+			 * call, which ends the FPDU */
+			take = min_t(size_t, n, rx->trailer_need - rx->trailer_got);
+			pad = rx->trailer_need - 4;
+			if (rx->trailer_got < pad)
+				rx_crc_in(rx, p + done,
+					  min_t(size_t, take, pad - rx->trailer_got));
+			used = rx_trailer(rx, p + done, n);
 			break;
 		default:
 			return done;
 		}
+		done += used;
+		rx->mpos += used;
 	}
 	return done;
 }

@@ -82,6 +82,8 @@ struct kw_mpa_cfg {
 	u16 ird, ord;
 	u16 ird_max;		/* initiator: the IRD it can raise to when the
 				 * responder's ORD asks (RFC 6581 9.1) */
+	bool markers;		/* M: this side wants markers in the FPDUs
+				 * it receives (RFC 5044 section 7.1.1) */
 };
 
 /* peer_ird/peer_ord of a peer whose frame was not enhanced (no IRD/ORD) */
@@ -96,6 +98,8 @@ struct kw_mpa_result {
 	u16 ird, ord;		/* this side's IRD/ORD after negotiation */
 	u16 peer_ird, peer_ord;	/* the values the peer sent in its enhanced
 				 * frame, else KW_MPA_IRD_ORD_UNKNOWN */
+	bool markers_rx;	/* the peer puts markers in its FPDUs */
+	bool markers_tx;	/* we put markers in ours (the peer's M) */
 	u8 term;		/* initiator, on -EPROTO: the LLP error code
 				 * (KW_TERM_LLP_*) of the Terminate to send
 				 * before closing; 0: none */
@@ -156,10 +160,56 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 
 /*
  * Largest ULPDU (DDP header + payload) per FPDU for an effective MSS,
- * RFC 5044 section 4.5, never below KW_MPA_MULPDU_MIN (markers not
- * supported yet: with markers it returns 0).
+ * RFC 5044 section 4.5 (with markers in the FPDUs when markers is set),
+ * never below KW_MPA_MULPDU_MIN.
  */
 u32 kw_mpa_mulpdu(u32 emss, bool markers);
+
+/*
+ * MPA markers (RFC 5044 section 5). With markers negotiated for a
+ * direction (the M bit of the receiving side's Request or Reply), the
+ * sender puts a 4-byte marker at every stream position that is a multiple
+ * of KW_MPA_MARKER_SPACING, counting from the first octet after its own
+ * Request or Reply (so the first FPDU opens with one). A marker goes in
+ * front of the FPDU byte that would have been at that position, belongs
+ * to that FPDU (a marker at an FPDU's start leads it) and is covered by
+ * its CRC. Its low 16 bits, FPDUPTR, are the distance back from the
+ * marker to the first octet of that FPDU (0 for a leading marker); the
+ * reserved high 16 bits are zero on transmit and ignored on receive. The
+ * positions are stream offsets modulo 2^32 (512 divides 2^32).
+ */
+#define KW_MPA_MARKER_SPACING	512
+#define KW_MPA_MARKER_LEN	4
+
+/* Octets from stream position pos up to the next marker position (0: a
+ * marker is due at pos). */
+static inline u32 kw_mpa_marker_gap(u32 pos)
+{
+	return -pos & (KW_MPA_MARKER_SPACING - 1);
+}
+
+/*
+ * Octets that len octets of FPDUs take on the wire when they start at
+ * stream position pos, markers included: one marker in front of every
+ * octet that falls on a marker position (len 0: none).
+ */
+static inline u32 kw_mpa_wire_len(u32 pos, u32 len)
+{
+	u32 gap = kw_mpa_marker_gap(pos);
+
+	if (gap >= len)
+		return len;
+	/* markers in front of content octets gap, gap + 508, gap + 2 * 508, ... */
+	return len + KW_MPA_MARKER_LEN *
+	       ((len - 1 - gap) / (KW_MPA_MARKER_SPACING - KW_MPA_MARKER_LEN) + 1);
+}
+
+/* The marker at stream position pos of the FPDU that began at fpdu_pos. */
+static inline void kw_mpa_marker_encode(u32 pos, u32 fpdu_pos, u8 out[4])
+{
+	put_unaligned_be16(0, out);
+	put_unaligned_be16((u16)(pos - fpdu_pos), out + 2);
+}
 
 /* Bytes of pad after a ULPDU of ulpdu_len so that 2 + len + pad is 4-aligned */
 static inline u32 kw_mpa_pad(u32 ulpdu_len)
@@ -497,8 +547,16 @@ struct kw_rx {
 				 * before feeding it (kw_rx_verified()) */
 	u8 trailer[7];
 	u32 trailer_got, trailer_need;
-	u32 crc_acc;
+	u32 crc_acc;		/* CRC of the FPDU so far, in wire order */
 	struct kw_ddp_hdr h;
+
+	/* markers (kw_rx_set_markers()): stream position of the next byte,
+	 * and of the first byte (a leading marker's) of the current FPDU */
+	bool markers;
+	bool fpdu_open;		/* the current FPDU's first byte was seen */
+	u32 mpos, fpdu_pos;
+	u8 mk[KW_MPA_MARKER_LEN];
+	u32 mk_got;
 
 	/* current placement target */
 	struct kw_mr_view mr;		/* tagged */
@@ -514,7 +572,7 @@ struct kw_rx {
 	u32 bad_len;
 
 	/* statistics */
-	u64 fpdus, payload_bytes;
+	u64 fpdus, payload_bytes, markers_seen;
 };
 
 void kw_rx_init(struct kw_rx *rx, const struct kw_rx_ops *ops, void *ctx,
@@ -532,10 +590,20 @@ static inline bool kw_rx_failed(const struct kw_rx *rx)
 	return rx->state == KW_RX_ERROR;
 }
 
-/* Is the parser between FPDUs (the next byte is an MPA length field)? */
+/*
+ * Remove markers from the stream from here on (the first byte after the
+ * peer's Request or Reply is position 0): check each (FPDUPTR), fold it
+ * into its FPDU's CRC, and feed the parser the rest.
+ */
+void kw_rx_set_markers(struct kw_rx *rx);
+
+/*
+ * Is the parser between FPDUs (the next byte starts an FPDU: its MPA
+ * length field, or with markers possibly a marker that leads it)?
+ */
 static inline bool kw_rx_at_fpdu(const struct kw_rx *rx)
 {
-	return rx->state == KW_RX_HDR && !rx->hdr_got;
+	return rx->state == KW_RX_HDR && !rx->hdr_got && !rx->fpdu_open;
 }
 
 /* Between messages: between FPDUs, and the last one (if any) had L. */

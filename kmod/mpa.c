@@ -169,10 +169,10 @@ void kw_mpa_make_request(const struct kw_mpa_cfg *local,
 	memset(req, 0, sizeof(*req));
 	req->reply = false;
 	req->rev = local->rev >= 2 ? 2 : 1;
-	/* RFC 5044 section 7.1.1: C = this side wants CRC. Markers are not
-	 * implemented, so M is never requested. */
+	/* RFC 5044 section 7.1.1: C = this side wants CRC, M = this side
+	 * wants markers in the FPDUs it receives. */
 	req->crc = local->crc;
-	req->markers = false;
+	req->markers = local->markers;
 	/* RFC 6581 section 9.1: a rev 2 initiator always sends the IRD/ORD
 	 * prefix so the responder can size its Read resources. */
 	req->enhanced = req->rev == 2;
@@ -263,10 +263,12 @@ int kw_mpa_negotiate_responder(const struct kw_mpa_frame *req,
 
 	/*
 	 * RFC 5044 section 7.1.1: M in the Request asks for markers in the
-	 * responder's FPDUs. kiwarp cannot generate them, so it refuses.
+	 * responder's FPDUs, M in the Reply for markers in the initiator's:
+	 * each direction on its own.
 	 */
-	if (req->markers)
-		goto reject;
+	reply->markers = local->markers;
+	res->markers_tx = req->markers;
+	res->markers_rx = local->markers;
 
 	if (reply->enhanced && req->p2p) {
 		/*
@@ -292,13 +294,6 @@ int kw_mpa_negotiate_responder(const struct kw_mpa_frame *req,
 	res->p2p = reply->p2p;
 	res->rtr = reply->rtr;
 	return 0;
-
-reject:
-	/* RFC 5044 section 7.1.1: a Reply with the Reject flag */
-	reply->reject = true;
-	reply->p2p = false;
-	reply->rtr = 0;
-	return -ECONNREFUSED;
 }
 
 /* Fail the initiator's negotiation with an LLP Terminate code to send. */
@@ -341,10 +336,10 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 	/* RFC 5044 section 7.1.1: the responder may not raise the revision */
 	if (reply->rev > lrev)
 		return fail_term(res, KW_TERM_LLP_INV_REQ_RESP);
-	/* We never request markers and cannot generate them: M in a Reply
-	 * asks for them in our FPDUs (RFC 5044 section 7.1.1). */
-	if (reply->markers)
-		return fail_term(res, KW_TERM_LLP_LOCAL_CATASTROPHIC);
+	/* RFC 5044 section 7.1.1: M in our Request asked for markers in
+	 * the responder's FPDUs, M in its Reply asks for them in ours. */
+	res->markers_rx = local->markers;
+	res->markers_tx = reply->markers;
 
 	if (reply->enhanced) {
 		/*
@@ -398,12 +393,20 @@ int kw_mpa_negotiate_initiator(const struct kw_mpa_cfg *local,
 
 u32 kw_mpa_mulpdu(u32 emss, bool markers)
 {
-	u32 room;
+	u32 room, mk;
 
-	/* Markers are not supported (the RFC 5044 section 4.5 formula with
-	 * markers is not implemented). */
-	if (markers)
-		return 0;
+	/*
+	 * RFC 5044 section 4.5 with markers: EMSS - (6 + 4 * ceil(EMSS /
+	 * 512) + EMSS mod 4): room for a marker in every 512 octets the
+	 * segment may span, wherever the FPDU starts.
+	 */
+	if (markers) {
+		mk = KW_MPA_MARKER_LEN *
+		     ((emss + KW_MPA_MARKER_SPACING - 1) / KW_MPA_MARKER_SPACING);
+		if (emss < 6 + mk + (emss & 3) + KW_MPA_MULPDU_MIN)
+			return KW_MPA_MULPDU_MIN;
+		return emss - (6 + mk + (emss & 3));
+	}
 	/*
 	 * RFC 5044 section 4.5 without markers: the FPDU is 2 (length) +
 	 * ULPDU + pad + 4 (CRC field, present even when CRC is off) and

@@ -360,21 +360,78 @@ TEST(initiator_higher_rev_is_error)
 	EXPECT_TRUE(r.crc);	/* the Terminate is framed with CRC */
 }
 
+/* RFC 5044 section 7.1.1: M asks for markers in the FPDUs its sender
+ * receives; each direction on its own. */
 TEST(markers)
 {
-	struct kw_mpa_cfg c = { .rev = 2 };
-	struct kw_mpa_frame req = req_of(c), rep;
-	struct kw_mpa_result r;
+	struct kw_mpa_cfg ic = { .rev = 2 }, rc = { .rev = 2 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result ri, rr;
+	int i;
 
-	req.markers = true;
-	EXPECT_EQ(kw_mpa_negotiate_responder(&req, &c, &rep, &r),
-		  -ECONNREFUSED);
-	EXPECT_TRUE(rep.reject);
-	EXPECT_TRUE(rep.reply);
-	rep = (struct kw_mpa_frame){ .reply = true, .rev = 2, .markers = true };
-	EXPECT_EQ(kw_mpa_negotiate_initiator(&c, &rep, &r), -EPROTO);
-	EXPECT_EQ(r.term, KW_TERM_LLP_LOCAL_CATASTROPHIC);
-	EXPECT_EQ(kw_mpa_mulpdu(1460, true), 0);
+	for (i = 0; i < 4; i++) {
+		ic.markers = i & 1;
+		rc.markers = i & 2;
+		kw_mpa_make_request(&ic, &req);
+		EXPECT_EQ(req.markers, ic.markers);
+		ASSERT_EQ(kw_mpa_negotiate_responder(&req, &rc, &rep, &rr), 0);
+		EXPECT_FALSE(rep.reject);
+		EXPECT_EQ(rep.markers, rc.markers);
+		ASSERT_EQ(kw_mpa_negotiate_initiator(&ic, &rep, &ri), 0);
+		/* the initiator's M is what the responder sends, and back */
+		EXPECT_EQ(rr.markers_tx, ic.markers);
+		EXPECT_EQ(ri.markers_rx, ic.markers);
+		EXPECT_EQ(ri.markers_tx, rc.markers);
+		EXPECT_EQ(rr.markers_rx, rc.markers);
+	}
+}
+
+/*
+ * RFC 5044 section 4.5 with markers: EMSS - (6 + 4 * ceil(EMSS / 512) +
+ * EMSS mod 4), and whatever the FPDU's stream position, FPDU and markers
+ * fit the segment.
+ */
+TEST(mulpdu_markers)
+{
+	u32 e, pos;
+
+	EXPECT_EQ(kw_mpa_mulpdu(1460, true), 1460 - (6 + 4 * 3));
+	EXPECT_EQ(kw_mpa_mulpdu(1448, true), 1448 - (6 + 4 * 3));
+	EXPECT_EQ(kw_mpa_mulpdu(8948, true), 8948 - (6 + 4 * 18));
+	EXPECT_EQ(kw_mpa_mulpdu(65483, true), 65483 - (6 + 4 * 128 + 3));
+	EXPECT_EQ(kw_mpa_mulpdu(100, true), KW_MPA_MULPDU_MIN);
+	for (e = 160; e <= 9000; e++) {
+		u32 m = kw_mpa_mulpdu(e, true);
+
+		ASSERT_TRUE(m >= KW_MPA_MULPDU_MIN);
+		ASSERT_TRUE(m <= kw_mpa_mulpdu(e, false));
+		if (m == KW_MPA_MULPDU_MIN)
+			continue;
+		for (pos = 0; pos < KW_MPA_MARKER_SPACING; pos += 4)
+			ASSERT_TRUE(kw_mpa_wire_len(pos, kw_mpa_fpdu_len(m)) <= e);
+	}
+}
+
+/* kw_mpa_wire_len() against markers counted one octet at a time */
+TEST(wire_len_counts_markers)
+{
+	u32 pos, len;
+
+	for (pos = 0; pos < 2 * KW_MPA_MARKER_SPACING; pos++)
+		for (len = 0; len < 1700; len += (len < 600 ? 1 : 7)) {
+			u32 p = pos, left = len;
+
+			while (left) {
+				if (!kw_mpa_marker_gap(p))
+					p += KW_MPA_MARKER_LEN;
+				p++;
+				left--;
+			}
+			ASSERT_EQ(kw_mpa_wire_len(pos, len), p - pos);
+		}
+	/* modulo 2^32, like TCP sequence numbers */
+	EXPECT_EQ(kw_mpa_wire_len(0xfffffffcU, 8), 12);
+	EXPECT_EQ(kw_mpa_marker_gap(0xfffffffcU), 4);
 }
 
 /*

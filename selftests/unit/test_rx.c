@@ -943,3 +943,191 @@ TEST(crc_deferred_oversized_terminate)
 	EXPECT_TERM(&tr, 1, 2, 5);
 	EXPECT_EQ(tr.consumed, (size_t)n);
 }
+
+/* --- MPA markers (RFC 5044 section 5) --------------------------------- */
+
+/*
+ * Put markers into an unmarked stream of FPDUs (in, n bytes) as a sender
+ * starting at stream position start would, one octet at a time: a marker
+ * in front of every octet at a multiple of 512, FPDUPTR back to its
+ * FPDU's first octet, the CRC (if crc) recomputed over the marked FPDU.
+ * Marker number bad (counted from 0; -1: none) gets delta added to its
+ * FPDUPTR. Returns the marked length.
+ */
+static size_t mark_stream(const u8 *in, size_t n, u32 start, u8 *out,
+			  bool crc, int bad, u16 delta)
+{
+	size_t o = 0, w = 0;
+	u32 pos = start;
+	int k = 0;
+
+	while (o < n) {
+		u32 len = kw_mpa_fpdu_len(get_unaligned_be16(in + o)), i;
+		u32 fpdu = pos;
+		size_t fw = w;
+
+		for (i = 0; i < len; i++) {
+			if (pos % 512 == 0) {
+				u16 ptr = (u16)(pos - fpdu);
+
+				if (k++ == bad)
+					ptr += delta;
+				put_unaligned_be16(0, out + w);
+				put_unaligned_be16(ptr, out + w + 2);
+				w += 4;
+				pos += 4;
+			}
+			out[w++] = in[o + i];
+			pos++;
+		}
+		if (crc)
+			kw_mpa_crc_put(kw_mpa_crc_update(kw_mpa_crc_init(),
+							 out + fw, w - fw - 4),
+				       out + w - 4);
+		o += len;
+	}
+	return w;
+}
+
+static u8 plain[8192];
+
+static void run_marked(struct run *r, const u8 *p, size_t len, bool crc,
+		       size_t step, u32 start)
+{
+	world_init(&r->w);
+	kw_rx_init(&r->rx, &w_ops, &r->w, crc, W_PD);
+	kw_rx_set_markers(&r->rx);
+	r->rx.mpos = start;	/* as if start bytes had gone before */
+	r->consumed = feed(&r->rx, p, len, step);
+}
+
+/*
+ * The mixed stream with markers, from every 4-aligned stream position
+ * (markers land in headers, payloads, pads, in front of the CRC and in
+ * front of an FPDU), fed in one call and in pieces: the same result as
+ * without markers, every marker checked.
+ */
+TEST(markers_every_alignment)
+{
+	static struct run r;
+	static const size_t steps[] = { 0, 1, 3, 64 };
+	int crc, n;
+	u32 start;
+	size_t s, m;
+
+	for (crc = 0; crc < 2; crc++) {
+		n = mixed_stream(plain, crc);
+		for (start = 0; start < 512; start += 4) {
+			m = mark_stream(plain, n, start, stream, crc, -1, 0);
+			ASSERT_EQ(kw_mpa_wire_len(start, n), m);
+			for (s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
+				run_marked(&r, stream, m, crc, steps[s], start);
+				check_mixed(kwt_fail, &r, m);
+				EXPECT_EQ(r.rx.markers_seen, (m - n) / 4);
+				EXPECT_EQ(r.rx.mpos, start + m);
+				EXPECT_TRUE(kw_rx_at_fpdu(&r.rx));
+			}
+		}
+	}
+}
+
+/* A marker whose FPDUPTR is off: Terminate LLP / MPA / 0x03, nothing
+ * placed after it; the two low bits do not count (RFC 5044 section 5). */
+TEST(markers_bad_fpduptr)
+{
+	static struct run r;
+	int crc, n, bad;
+	size_t m;
+
+	for (crc = 0; crc < 2; crc++) {
+		n = mixed_stream(plain, crc);
+		m = mark_stream(plain, n, 0, stream, crc, -1, 0);
+		ASSERT_TRUE(m - n >= 2 * 4);
+		for (bad = 0; bad < (int)(m - n) / 4; bad++) {
+			m = mark_stream(plain, n, 0, stream, crc, bad, 3);
+			run_marked(&r, stream, m, crc, 0, 0);
+			check_mixed(kwt_fail, &r, m);
+			m = mark_stream(plain, n, 0, stream, crc, bad, 4);
+			run_marked(&r, stream, m, crc, 0, 0);
+			ASSERT_TRUE(kw_rx_failed(&r.rx));
+			EXPECT_EQ(r.rx.term.layer, KW_TERM_LAYER_LLP);
+			EXPECT_EQ(r.rx.term.etype, KW_TERM_LLP_ETYPE_MPA);
+			EXPECT_EQ(r.rx.term.ecode, KW_TERM_LLP_MARKER);
+			EXPECT_EQ(r.rx.markers_seen, bad + 1);
+			EXPECT_FALSE(r.rx.term.has_len);
+		}
+	}
+}
+
+/* A good CRC covers the markers: one flipped marker bit is a CRC error
+ * when the FPDUPTR still reads right (a reserved bit). */
+TEST(markers_in_crc)
+{
+	static struct run r;
+	int n = mixed_stream(plain, true);
+	size_t m = mark_stream(plain, n, 0, stream, true, -1, 0);
+
+	stream[512 + 4 + 1] ^= 0x10;	/* second marker, reserved half */
+	run_marked(&r, stream, m, true, 0, 0);
+	ASSERT_TRUE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.rx.term.ecode, KW_TERM_LLP_CRC);
+	/* without CRC the reserved half is ignored */
+	n = mixed_stream(plain, false);
+	m = mark_stream(plain, n, 0, stream, false, -1, 0);
+	stream[512 + 4 + 1] ^= 0x10;
+	run_marked(&r, stream, m, false, 0, 0);
+	check_mixed(kwt_fail, &r, m);
+}
+
+/* A peer that negotiated markers and sends none, and one that sends
+ * them unasked: both fail, neither places a byte. */
+TEST(markers_missing_or_unasked)
+{
+	static struct run r;
+	int n = mixed_stream(plain, false);
+	size_t m;
+
+	run_marked(&r, plain, n, false, 0, 0);
+	ASSERT_TRUE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.rx.term.ecode, KW_TERM_LLP_MARKER);
+	EXPECT_EQ(r.w.nplace, 0);
+	m = mark_stream(plain, n, 0, stream, false, -1, 0);
+	run_stream(&r, stream, m, false, 0);
+	ASSERT_TRUE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.w.nplace, 0);
+}
+
+/*
+ * RFC 5044 section 4.4, Figures 5 and 6, parsed: a Send of 24 zero bytes
+ * led by the stream's first marker, and one at 0x1ec whose header holds
+ * the marker at 0x200 (FPDUPTR 0x14); both CRCs are the RFC's.
+ */
+TEST(markers_rfc5044_figures)
+{
+	static struct run r;
+	u8 f5[0x34] = { 0, 0, 0, 0, 0x00, 0x2a, 0x41, 0x43 };
+	u8 f6[0x34] = { 0x00, 0x2a, 0x41, 0x43 };
+
+	f5[0x13] = 1;
+	memcpy(f5 + 0x30, "\x52\x23\x99\x83", 4);
+	run_marked(&r, f5, sizeof(f5), true, 0, 0);
+	ASSERT_FALSE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.w.nseg, 1);
+	EXPECT_EQ(r.w.placed[0], 24);
+	EXPECT_EQ(r.rx.markers_seen, 1);
+
+	f6[0x1fb - 0x1ec] = 2;
+	f6[0x203 - 0x1ec] = 0x14;
+	memcpy(f6 + 0x21c - 0x1ec, "\x84\x92\x58\x98", 4);
+	world_init(&r.w);
+	kw_rx_init(&r.rx, &w_ops, &r.w, true, W_PD);
+	kw_rx_set_markers(&r.rx);
+	r.rx.mpos = 0x1ec;
+	r.rx.msn[0] = 2;
+	ASSERT_EQ(feed(&r.rx, f6, sizeof(f6), 1), sizeof(f6));
+	ASSERT_FALSE(kw_rx_failed(&r.rx));
+	EXPECT_EQ(r.w.nseg, 1);
+	EXPECT_EQ(r.w.seg[0].msn, 2);
+	EXPECT_EQ(r.w.placed[0], 24);
+	EXPECT_EQ(r.rx.markers_seen, 1);
+}
