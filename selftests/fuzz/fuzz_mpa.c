@@ -15,6 +15,7 @@ static void cfg_of(u8 b, struct kw_mpa_cfg *c)
 	c->rtr = (b >> 3) & 7;
 	c->ird = (b >> 6) ? 0x3fff : 1;
 	c->ord = (b & 0x80) ? 16 : 0;
+	c->markers = b & 0x40;
 }
 
 static void check_frame(const struct kw_mpa_frame *f, const u8 *pd)
@@ -82,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rv == 0) {
 		struct kw_mpa_cfg ini = { .rev = req.rev, .crc = req.crc,
 			.p2p = req.p2p, .rtr = req.rtr, .ird = req.ird,
-			.ord = req.ord };
+			.ord = req.ord, .markers = req.markers };
 		struct kw_mpa_result r2;
 
 		/*
@@ -91,8 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * names one we do and that initiator terminates with 2/0/7
 		 * (RFC 6581 section 9.2).
 		 */
-		if (req.markers)
-			abort();
 		rv = kw_mpa_negotiate_initiator(&ini, &d, &r2);
 		if (d.p2p && !(d.rtr & req.rtr)) {
 			if (rv != -EPROTO ||
@@ -104,6 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (r2.crc != res.crc || r2.rtr != res.rtr ||
 		    r2.p2p != res.p2p || r2.rev != res.rev)
+			abort();
+		/* markers: each side sends what the other asked for */
+		if (r2.markers_rx != res.markers_tx ||
+		    r2.markers_tx != res.markers_rx)
 			abort();
 	} else if (!d.reject) {
 		abort();

@@ -103,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memset(&f, 0, sizeof(f));
 	f.any = data[0] & 2;
-	step = data[0] >> 2;
+	step = (data[0] >> 2) & 31;	/* bit 7: markers */
 	f.mr[0] = (struct kw_mr_view){ .cookie = f.mem[0], .stag = 1, .pd = 1,
 		.access = 7, .valid = true, .base = 0, .len = 4096 };
 	f.mr[1] = (struct kw_mr_view){ .cookie = f.mem[1], .stag = 0x200,
@@ -125,6 +125,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f.bad_buf.sge[2].mr.pd = 2;
 
 	kw_rx_init(&rx, &ops, &f, data[0] & 1, 1);
+	if (data[0] & 0x80)
+		kw_rx_set_markers(&rx);
 	data++;
 	size--;
 	while (done < size) {
@@ -140,6 +142,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 	}
+	/* the marker position follows every byte taken */
+	if (rx.markers && rx.mpos != (u32)done)
+		abort();
 	if (kw_rx_failed(&rx)) {
 		if (rx.bad_len > sizeof(rx.bad))
 			abort();
