@@ -381,8 +381,6 @@ static int param_check(const struct kiwarp_conn_param *p)
 		return -EINVAL;
 	if ((p->flags & KIWARP_CONN_CRC) && (p->flags & KIWARP_CONN_NO_CRC))
 		return -EINVAL;
-	if (p->flags & KIWARP_CONN_MARKERS)
-		return -EINVAL;	/* MPA markers are not implemented yet */
 	if (p->mpa_rev != 1 && p->mpa_rev != 2)
 		return -EINVAL;
 	if (p->rtr > KIWARP_RTR_READ)
@@ -432,6 +430,7 @@ static void cfg_from_param(const struct kiwarp_conn_param *p,
 	cfg->ord = p->ord ? p->ord : KW_DEFAULT_IRD_ORD;
 	/* the IRQ has KW_MAX_IRD slots whatever the IRD (qp.c) */
 	cfg->ird_max = KW_MAX_IRD;
+	cfg->markers = p->flags & KIWARP_CONN_MARKERS;
 }
 
 static void result_to_param(const struct kw_mpa_result *r,
@@ -439,7 +438,9 @@ static void result_to_param(const struct kw_mpa_result *r,
 {
 	memset(p, 0, sizeof(*p));
 	p->mpa_rev = r->rev;
-	p->flags = (r->crc ? KIWARP_CONN_CRC : 0) | (r->p2p ? KIWARP_CONN_P2P : 0);
+	p->flags = (r->crc ? KIWARP_CONN_CRC : 0) | (r->p2p ? KIWARP_CONN_P2P : 0) |
+		   (r->markers_rx ? KIWARP_CONN_MARKERS : 0) |
+		   (r->markers_tx ? KIWARP_CONN_MARKERS_TX : 0);
 	p->rtr = r->p2p ? rtr_uapi(r->rtr) : KIWARP_RTR_NONE;
 	p->ird = r->ird;
 	p->ord = r->ord;
@@ -957,7 +958,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	tcp_sock_set_nodelay(sk);	/* takes the socket lock itself */
 	if (res->crc && initiator)	/* the responder did before its Reply */
 		kw_rx_reserve(sk);
-	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), false);
+	mulpdu = kw_mpa_mulpdu(min_t(u32, mss, 65535), res->markers_tx);
 	/*
 	 * An FPDU's pieces: header, trailer and the payload's, where a page
 	 * or SGE boundary ends a piece. An SGE of len bytes spans at most

@@ -747,6 +747,15 @@ void kw_rx_set_markers(struct kw_rx *rx)
 	rx->mk_got = 0;
 }
 
+void kw_rx_marker_failed(struct kw_rx *rx)
+{
+	if (rx->state != KW_RX_ERROR) {
+		rx->bad_len = 0;
+		rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
+			 KW_TERM_LLP_MARKER);
+	}
+}
+
 /* Fold n received bytes into the current FPDU's CRC. */
 static void rx_crc_in(struct kw_rx *rx, const u8 *p, size_t n)
 {
@@ -775,11 +784,8 @@ static size_t rx_marker(struct kw_rx *rx, const u8 *p, size_t len)
 	rx->markers_seen++;
 	want = rx->mpos - KW_MPA_MARKER_LEN - rx->fpdu_pos;
 	if (want > 0xffff ||
-	    (get_unaligned_be16(rx->mk + 2) & ~3U) != want) {
-		rx->bad_len = 0;
-		rx_error(rx, KW_TERM_LAYER_LLP, KW_TERM_LLP_ETYPE_MPA,
-			 KW_TERM_LLP_MARKER);
-	}
+	    (get_unaligned_be16(rx->mk + 2) & ~3U) != want)
+		kw_rx_marker_failed(rx);
 	return n;
 }
 

@@ -70,7 +70,8 @@ static const unsigned int ioctl_cmds[] = {
 			 KIWARP_FEAT_CRC | KIWARP_FEAT_RTR_SEND | \
 			 KIWARP_FEAT_RTR_WRITE | KIWARP_FEAT_RTR_READ | \
 			 KIWARP_FEAT_SOCKET_CONVERT | KIWARP_FEAT_KERNEL_CM | \
-			 KIWARP_FEAT_ZCOPY_TX | KIWARP_FEAT_DIRECT_RX)
+			 KIWARP_FEAT_ZCOPY_TX | KIWARP_FEAT_DIRECT_RX | \
+			 KIWARP_FEAT_MARKERS)
 
 static int dev_query(struct kiwarp_query *q)
 {

@@ -204,6 +204,10 @@ static inline u32 kw_mpa_wire_len(u32 pos, u32 len)
 	       ((len - 1 - gap) / (KW_MPA_MARKER_SPACING - KW_MPA_MARKER_LEN) + 1);
 }
 
+/* At most this many marker bytes among len octets, wherever they start. */
+#define KW_MPA_MARKERS_MAX(len)	(KW_MPA_MARKER_LEN * \
+	((len) / (KW_MPA_MARKER_SPACING - KW_MPA_MARKER_LEN) + 1))
+
 /* The marker at stream position pos of the FPDU that began at fpdu_pos. */
 static inline void kw_mpa_marker_encode(u32 pos, u32 fpdu_pos, u8 out[4])
 {
@@ -596,6 +600,10 @@ static inline bool kw_rx_failed(const struct kw_rx *rx)
  * into its FPDU's CRC, and feed the parser the rest.
  */
 void kw_rx_set_markers(struct kw_rx *rx);
+
+/* The caller found a bad marker in the FPDU ahead (checked with its CRC):
+ * the parser fails with the marker Terminate, before placing any of it. */
+void kw_rx_marker_failed(struct kw_rx *rx);
 
 /*
  * Is the parser between FPDUs (the next byte starts an FPDU: its MPA

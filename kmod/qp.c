@@ -1053,7 +1053,9 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->state = qp->state;
 	arg->param.mpa_rev = qp->mpa.rev;
 	arg->param.flags = (qp->mpa.crc ? KIWARP_CONN_CRC : 0) |
-			   (qp->mpa.p2p ? KIWARP_CONN_P2P : 0);
+			   (qp->mpa.p2p ? KIWARP_CONN_P2P : 0) |
+			   (qp->mpa.markers_rx ? KIWARP_CONN_MARKERS : 0) |
+			   (qp->mpa.markers_tx ? KIWARP_CONN_MARKERS_TX : 0);
 	arg->param.rtr = qp->mpa.rtr == KW_RTR_SEND ? KIWARP_RTR_SEND :
 			 qp->mpa.rtr == KW_RTR_WRITE ? KIWARP_RTR_WRITE :
 			 qp->mpa.rtr == KW_RTR_READ ? KIWARP_RTR_READ :

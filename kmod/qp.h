@@ -189,6 +189,10 @@ struct kw_qp {
 	u32 tx_msg_off;		/* next FPDU's payload offset in tx_msg */
 	bool tx_active;		/* tx_msg in progress */
 	bool tx_msg_cut;	/* its last FPDU is in the batch */
+	/* MPA markers on transmit (mpa.markers_tx): stream position of the
+	 * next byte (0: the first after our Request or Reply) and of the
+	 * current FPDU's first byte */
+	u32 tx_mpos, tx_fpdu_pos;
 	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE
 				 * (0: everything was pushed) */
 	bool tx_copy;		/* SQ payload copied, done when in TCP */

@@ -479,12 +479,45 @@ static u32 rx_feed(struct kw_qp *qp, struct sk_buff *skb, u32 offset,
 struct rx_crc {
 	u32 pos, crc_len, crc;
 	u8 wire[4];
+	/* markers: the FPDU's first byte's stream position, a marker's
+	 * bytes as they come, and whether one was wrong */
+	bool markers, mk_bad;
+	u32 start;
+	u8 mk[KW_MPA_MARKER_LEN];
 };
+
+/*
+ * The markers among the FPDU bytes [c->pos, c->pos + n) at p: every
+ * 512-aligned stream position before the CRC field is one, and its
+ * FPDUPTR is its offset in the FPDU (RFC 5044 section 5; the low two bits
+ * do not count). Checked here, before the parser places a byte of the
+ * FPDU; the parser checks them again as it goes.
+ */
+static void rx_crc_markers(struct rx_crc *c, const u8 *p, u32 n)
+{
+	u32 o = c->pos, end = min(c->pos + n, c->crc_len);
+
+	while (o < end) {
+		u32 r = (c->start + o) & (KW_MPA_MARKER_SPACING - 1);
+
+		if (r >= KW_MPA_MARKER_LEN) {
+			o += KW_MPA_MARKER_SPACING - r;
+			continue;
+		}
+		c->mk[r] = p[o - c->pos];
+		if (r == KW_MPA_MARKER_LEN - 1 &&
+		    (get_unaligned_be16(c->mk + 2) & ~3U) != o - r)
+			c->mk_bad = true;
+		o++;
+	}
+}
 
 static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
 {
 	u32 k = c->pos < c->crc_len ? min(n, c->crc_len - c->pos) : 0;
 
+	if (c->markers)
+		rx_crc_markers(c, p, n);
 	c->crc = kw_mpa_crc_update(c->crc, p, k);
 	if (k < n)
 		memcpy(c->wire + c->pos + k - c->crc_len, p + k, n - k);
@@ -537,33 +570,48 @@ static int rx_walk(struct sock *sk, struct sk_buff *skb, u32 seq, u32 len,
  * so that a header corrupted in flight cannot place a byte anywhere. The
  * FPDU starting at offset in skb stays in the socket's receive queue
  * until all of it is there; its CRC is computed over the skbs in place.
- * Returns the FPDU's length once verified, 0 while it is incomplete, or
- * -EBADMSG (bad CRC, or bytes that cannot be read). kw_rx_reserve() sized
+ * Returns the FPDU's length once verified, 0 while it is incomplete,
+ * -EBADMSG (bad CRC, or bytes that cannot be read) or -EPROTO (a marker
+ * that does not point to the FPDU's start). kw_rx_reserve() sized
  * the receive buffer so that the largest FPDU fits.
  */
-static int rx_verify(struct sock *sk, struct sk_buff *skb, u32 offset)
+static int rx_verify(struct kw_qp *qp, struct sock *sk, struct sk_buff *skb,
+		     u32 offset)
 {
 	u32 seq = TCP_SKB_CB(skb)->seq + offset;
 	u32 queued = tcp_sk(sk)->rcv_nxt - seq;
 	struct rx_crc c = { 0 };	/* first: the length field, into wire */
-	u32 total;
+	u32 total, lead = 0;
 	int ret;
 
+	/*
+	 * With markers (RFC 5044 section 5) a marker due where the FPDU
+	 * starts leads it, the length field follows (FPDUs are 4-aligned,
+	 * so no marker splits it), and the FPDU takes its markers' bytes
+	 * too; the CRC covers them all.
+	 */
+	if (qp->rx.markers && !kw_mpa_marker_gap(qp->rx.mpos))
+		lead = KW_MPA_MARKER_LEN;
 	/* rcv_nxt counts a FIN too: rx_walk() has the last word */
-	if (queued < 2)
+	if (queued < lead + 2)
 		return 0;
-	ret = rx_walk(sk, skb, seq, 2, &c);
+	ret = rx_walk(sk, skb, seq + lead, 2, &c);
 	if (ret <= 0)
 		return ret ? -EBADMSG : 0;
 	total = kw_mpa_fpdu_len(get_unaligned_be16(c.wire));
+	if (qp->rx.markers)
+		total = kw_mpa_wire_len(qp->rx.mpos, total);
 	if (queued < total)
 		return 0;
 	c = (struct rx_crc){ .crc_len = total - 4,
-			     .crc = kw_mpa_crc_init() };
+			     .crc = kw_mpa_crc_init(),
+			     .markers = qp->rx.markers, .start = qp->rx.mpos };
 	ret = rx_walk(sk, skb, seq, total, &c);
 	if (ret <= 0)
 		return ret ? -EBADMSG : 0;
-	return kw_mpa_crc_check(c.crc, c.wire) ? total : -EBADMSG;
+	if (!kw_mpa_crc_check(c.crc, c.wire))
+		return -EBADMSG;
+	return c.mk_bad ? -EPROTO : total;
 }
 
 static void rx_fail(struct kw_qp *qp)
@@ -604,11 +652,14 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 					rx_fail(qp);
 					return len;
 				}
-				total = rx_verify(d->sk, skb, offset + done);
+				total = rx_verify(qp, d->sk, skb, offset + done);
 				if (!total)
 					return done;	/* the rest later */
 				if (total < 0) {
-					kw_rx_crc_failed(&qp->rx);
+					if (total == -EPROTO)
+						kw_rx_marker_failed(&qp->rx);
+					else
+						kw_rx_crc_failed(&qp->rx);
 					rx_fail(qp);
 					return len;
 				}
@@ -688,6 +739,10 @@ void kw_rx_reserve(struct sock *sk)
 void kw_rx_setup(struct kw_qp *qp)
 {
 	kw_rx_init(&qp->rx, &kw_rx_ops, qp, qp->mpa.crc, qp->pd_id);
+	/* the stream's position 0 is the first byte after the peer's
+	 * Request or Reply: the parser's first */
+	if (qp->mpa.markers_rx)
+		kw_rx_set_markers(&qp->rx);
 }
 
 /* Drop the receive path's references; callbacks are uninstalled. */

@@ -18,7 +18,7 @@
  *  - sendpage (up to 6.4): tcp_sendpage_locked() per entry under one
  *    socket lock, MSG_SENDPAGE_NOTLAST on all but the last.
  *
- * Either way, Read Response payload is copied (tx_resp_fpdu()): its FPDUs
+ * Either way, Read Response payload is copied (tx_stream_fpdu()): its FPDUs
  * are built whole, as one byte stream, in pages of the same page_frag
  * cache, at most KW_TX_RESP_BATCH bytes at a time, and TCP takes those pages
  * by reference like any other: one copy, and a few page-sized fragments
@@ -570,65 +570,160 @@ static int tx_stream_put(struct kw_qp *qp, const u8 *src, u32 len)
 }
 
 /*
- * Copy the payload of FPDU f from the MR into the stream, folding the
- * copied bytes (not the MR's, which may change meanwhile) into *crc.
- * Returns -EACCES if the MR was revoked.
+ * MPA markers (RFC 5044 section 5, iwarp.h). With markers on transmit
+ * every FPDU is copied whole into the stream, as Read Responses are:
+ * header, payload and trailer one after the other, a marker put in front
+ * of every byte that falls on a multiple of 512 of the stream, the CRC
+ * computed over what was put, markers included. By page reference a
+ * marker would cut the payload every 508 bytes. tx_mpos counts the
+ * stream from the first byte after our Request or Reply; every FPDU of
+ * the connection goes through here, so it is the stream position.
+ */
+static int tx_marker_due(struct kw_qp *qp, u32 *crc)
+{
+	u8 mk[KW_MPA_MARKER_LEN];
+	int ret;
+
+	if (!qp->mpa.markers_tx || kw_mpa_marker_gap(qp->tx_mpos))
+		return 0;
+	kw_mpa_marker_encode(qp->tx_mpos, qp->tx_fpdu_pos, mk);
+	ret = tx_stream_put(qp, mk, sizeof(mk));
+	if (ret)
+		return ret;
+	if (qp->tx_msg.crc)
+		*crc = kw_mpa_crc_update(*crc, mk, sizeof(mk));
+	qp->tx_mpos += sizeof(mk);
+	return 0;
+}
+
+/* len bytes of header or pad onto the stream, markers among them. */
+static int tx_stream_put_marked(struct kw_qp *qp, const u8 *src, u32 len,
+				u32 *crc)
+{
+	while (len) {
+		u32 n = len;
+		int ret;
+
+		if (qp->mpa.markers_tx) {
+			ret = tx_marker_due(qp, crc);
+			if (ret)
+				return ret;
+			n = min(n, kw_mpa_marker_gap(qp->tx_mpos));
+		}
+		ret = tx_stream_put(qp, src, n);
+		if (ret)
+			return ret;
+		if (qp->tx_msg.crc)
+			*crc = kw_mpa_crc_update(*crc, src, n);
+		qp->tx_mpos += n;
+		src += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/*
+ * Copy the payload of FPDU f from the MRs into the stream, folding the
+ * copied bytes (not the MR's, which may change meanwhile) into *crc. A
+ * Read Response's source may be revoked at any time: each copy is an MR
+ * access, and -EACCES says the MR was revoked. An SQ WR's MRs are held
+ * (tx_hold_sges()) and copied as they are.
  */
 static int tx_stream_payload(struct kw_qp *qp, const struct kw_tx_fpdu *f,
 			     u32 *crc)
 {
-	struct kw_mr *mr = qp->tx_mr[0];
+	bool guarded = qp->tx_kind == KW_TXK_READ_RESP;
 	u32 off = f->payload_off, len = f->payload_len;
 
-	if (WARN_ON_ONCE(len && qp->tx_nsge != 1))
+	if (WARN_ON_ONCE(len && guarded && qp->tx_nsge != 1))
 		return -EIO;
 	while (len) {
 		u32 sge, left, room, n;
+		struct kw_mr *mr;
 		u64 mr_off;
 		u8 *dst;
 		int ret;
 
+		ret = tx_marker_due(qp, crc);
+		if (ret)
+			return ret;
 		if (WARN_ON_ONCE(!tx_locate(qp, off, &sge, &mr_off, &left)))
 			return -EIO;
+		mr = qp->tx_mr[sge];
 		ret = tx_stream_room(qp, &dst, &room);
 		if (ret)
 			return ret;
 		n = min3(len, left, room);
-		/* an MR access runs with bottom halves off (mem.c) */
-		local_bh_disable();
-		if (!kw_mr_access_begin(mr)) {
+		if (qp->mpa.markers_tx)
+			n = min(n, kw_mpa_marker_gap(qp->tx_mpos));
+		if (guarded) {
+			/* an MR access runs with bottom halves off (mem.c) */
+			local_bh_disable();
+			if (!kw_mr_access_begin(mr)) {
+				local_bh_enable();
+				return -EACCES;
+			}
+			kw_mr_copy_from(mr, mr_off, dst, n);
+			kw_mr_access_end(mr);
 			local_bh_enable();
-			return -EACCES;
+		} else {
+			kw_mr_copy_from(mr, mr_off, dst, n);
 		}
-		kw_mr_copy_from(mr, mr_off, dst, n);
-		kw_mr_access_end(mr);
-		local_bh_enable();
 		if (qp->tx_msg.crc)
 			*crc = kw_mpa_crc_update(*crc, dst, n);
 		tx_stream_commit(qp, n);
+		qp->tx_mpos += n;
 		off += n;
 		len -= n;
 	}
 	return 0;
 }
 
-/* The next Read Response FPDU, whole, onto the stream. */
-static int tx_resp_fpdu(struct kw_qp *qp)
+/*
+ * The next FPDU of tx_msg, whole, onto the stream: every Read Response
+ * FPDU, and every FPDU when markers are on. The CRC runs over the bytes
+ * in the order they go on the wire (RFC 5044 sections 4.4 and 5).
+ */
+static int tx_stream_fpdu(struct kw_qp *qp)
 {
 	struct kw_tx_fpdu *f = &qp->tx_fpdu;
-	u32 crc;
+	u32 crc = qp->tx_msg.crc ? kw_mpa_crc_init() : 0;
+	u32 pad;
 	int ret;
 
-	ret = tx_cut_fpdu(qp, &crc);
+	ret = kw_tx_fpdu_next(&qp->tx_msg, &qp->tx_msg_off, f);
 	if (ret)
 		return ret;
-	ret = tx_stream_put(qp, f->hdr, f->hdr_len);
+	pad = f->trailer_len - 4;
+	qp->tx_fpdu_pos = qp->tx_mpos;	/* a marker due here leads it */
+	ret = tx_stream_put_marked(qp, f->hdr, f->hdr_len, &crc);
 	if (!ret)
 		ret = tx_stream_payload(qp, f, &crc);
+	if (!ret)
+		ret = tx_stream_put_marked(qp, f->trailer, pad, &crc);
+	if (!ret)	/* one between the pad and the CRC is the FPDU's */
+		ret = tx_marker_due(qp, &crc);
 	if (ret)
 		return ret;
-	kw_tx_fpdu_seal(&qp->tx_msg, f, crc);
-	return tx_stream_put(qp, f->trailer, f->trailer_len);
+	/* RFC 5044 section 4.4: the CRC field is zero when CRC is off */
+	if (qp->tx_msg.crc)
+		kw_mpa_crc_put(crc, f->trailer + pad);
+	qp->tx_mpos += 4;
+	return tx_stream_put(qp, f->trailer + pad, 4);
+}
+
+/*
+ * Upper bound on the stream bytes of one FPDU of tx_msg: header, payload,
+ * trailer and, with markers, one marker per 508 bytes and a leading one.
+ */
+static u32 tx_fpdu_max(struct kw_qp *qp)
+{
+	u32 n = KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
+		sizeof_field(struct kw_tx_fpdu, trailer);
+
+	if (qp->mpa.markers_tx)
+		n += KW_MPA_MARKERS_MAX(n);
+	return n;
 }
 
 /*
@@ -652,15 +747,19 @@ static int tx_fill(struct kw_qp *qp)
 	BUILD_BUG_ON(KW_TX_RESP_BATCH / PAGE_SIZE + 2 >
 		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
-	if (qp->tx_kind == KW_TXK_READ_RESP) {
-		/* tx_pick() cut its FPDUs so that one fits KW_TX_RESP_BATCH */
+	if (qp->tx_kind == KW_TXK_READ_RESP || qp->mpa.markers_tx) {
+		/*
+		 * tx_pick() cut a Read Response's FPDUs so that one fits
+		 * KW_TX_RESP_BATCH; with markers any other's first FPDU is
+		 * at most MULPDU (a batch of up to 17 pages: tx_frags and
+		 * the bvec go_rts() sized have room).
+		 */
 		do {
-			ret = tx_resp_fpdu(qp);
+			ret = tx_stream_fpdu(qp);
 			if (ret)
 				return ret;
 		} while (!f->last && ++n < KW_TX_BATCH_FPDUS &&
-			 qp->tx_batch_len + KW_TX_HDR_MAX + qp->tx_msg.mulpdu +
-			 sizeof(f->trailer) <= KW_TX_RESP_BATCH);
+			 qp->tx_batch_len + tx_fpdu_max(qp) <= KW_TX_RESP_BATCH);
 		qp->tx_msg_cut = f->last;
 		return 0;
 	}
@@ -691,7 +790,10 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	if (qp->tx_zc && !qp->tx_batch_copy) {
 		msg.msg_flags |= MSG_ZEROCOPY;
 		msg.msg_ubuf = &qp->tx_zc->ubuf;
-	} else if (!qp->tx_copy && !qp->tx_batch_copy) {
+	} else if ((!qp->tx_copy || qp->mpa.markers_tx) &&
+		   !qp->tx_batch_copy) {
+		/* our own pages: by reference (a batch with markers, or a
+		 * Read Response, was copied into them: tx_stream_fpdu()) */
 		msg.msg_flags |= MSG_SPLICE_PAGES;
 	}
 	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec, qp->tx_nbv,
@@ -717,7 +819,7 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 
 	/* one sendmsg(): copies (a tx_zc batch with a slab page too), or
 	 * references the pages for tx_zc */
-	if (qp->tx_copy || qp->tx_zc) {
+	if ((qp->tx_copy && !qp->mpa.markers_tx) || qp->tx_zc) {
 		struct msghdr msg = { .msg_flags = flags };
 
 		if (!qp->tx_copy && !qp->tx_batch_copy) {
@@ -868,7 +970,8 @@ u32 kw_qp_mulpdu(struct kw_qp *qp)
 	if (!qp->ack_sk)
 		return qp->mulpdu;
 	mss = READ_ONCE(tcp_sk(qp->ack_sk)->mss_cache);
-	return min(qp->mulpdu, kw_mpa_mulpdu(min_t(u32, mss, 65535), false));
+	return min(qp->mulpdu, kw_mpa_mulpdu(min_t(u32, mss, 65535),
+					     qp->mpa.markers_tx));
 }
 
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
@@ -1002,6 +1105,10 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		wr->byte_len = wr->len;
 		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
 			      kw_tx_msg_wire_len(&qp->tx_msg);
+		if (qp->mpa.markers_tx)	/* and its markers (tx_mpos: ours) */
+			wr->end_seq += kw_mpa_wire_len(qp->tx_mpos,
+					kw_tx_msg_wire_len(&qp->tx_msg)) -
+				       kw_tx_msg_wire_len(&qp->tx_msg);
 		/*
 		 * Up to copy_max bytes are copied into the socket and the WR
 		 * completes as soon as TCP has them (tx_finish()); larger
@@ -1009,7 +1116,7 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		 * acknowledged and no skb holds the pages (tx_zc, above),
 		 * unless the stack copies them anyway (kw_tx_path_copies()).
 		 */
-		qp->tx_copy = wr->len <= qp->copy_max ||
+		qp->tx_copy = wr->len <= qp->copy_max || qp->mpa.markers_tx ||
 			      (qp->copy_adapt && kw_tx_path_copies(qp));
 		if (!qp->tx_copy) {
 			qp->tx_zc = txzc_new(qp, idx);
@@ -1093,11 +1200,15 @@ static bool tx_pick(struct kw_qp *qp)
 		qp->tx_irq = *e;
 		e->src = NULL;
 		msg_init(qp, KW_OP_READ_RESP, qp->tx_irq.req.size);
-		/* FPDUs that fit a batch (smaller than MULPDU is allowed) */
+		/* FPDUs that fit a batch (smaller than MULPDU is allowed),
+		 * with their markers */
 		qp->tx_msg.mulpdu = min_t(u32, qp->tx_msg.mulpdu,
 					  KW_TX_RESP_BATCH -
 					  KW_TX_HDR_MAX -
-					  sizeof_field(struct kw_tx_fpdu, trailer));
+					  sizeof_field(struct kw_tx_fpdu, trailer) -
+					  (qp->mpa.markers_tx ?
+					   KW_MPA_MARKERS_MAX(KW_TX_RESP_BATCH) :
+					   0));
 		qp->tx_msg.stag = qp->tx_irq.req.sink_stag;
 		qp->tx_msg.to = qp->tx_irq.req.sink_to;
 		if (qp->tx_irq.src) {

@@ -5,6 +5,7 @@
  */
 #include "harness.h"
 #include "testlib.h"
+#include "../vm/kw_markref.h"
 
 static u8 stream[8192];
 
@@ -945,49 +946,6 @@ TEST(crc_deferred_oversized_terminate)
 }
 
 /* --- MPA markers (RFC 5044 section 5) --------------------------------- */
-
-/*
- * Put markers into an unmarked stream of FPDUs (in, n bytes) as a sender
- * starting at stream position start would, one octet at a time: a marker
- * in front of every octet at a multiple of 512, FPDUPTR back to its
- * FPDU's first octet, the CRC (if crc) recomputed over the marked FPDU.
- * Marker number bad (counted from 0; -1: none) gets delta added to its
- * FPDUPTR. Returns the marked length.
- */
-static size_t mark_stream(const u8 *in, size_t n, u32 start, u8 *out,
-			  bool crc, int bad, u16 delta)
-{
-	size_t o = 0, w = 0;
-	u32 pos = start;
-	int k = 0;
-
-	while (o < n) {
-		u32 len = kw_mpa_fpdu_len(get_unaligned_be16(in + o)), i;
-		u32 fpdu = pos;
-		size_t fw = w;
-
-		for (i = 0; i < len; i++) {
-			if (pos % 512 == 0) {
-				u16 ptr = (u16)(pos - fpdu);
-
-				if (k++ == bad)
-					ptr += delta;
-				put_unaligned_be16(0, out + w);
-				put_unaligned_be16(ptr, out + w + 2);
-				w += 4;
-				pos += 4;
-			}
-			out[w++] = in[o + i];
-			pos++;
-		}
-		if (crc)
-			kw_mpa_crc_put(kw_mpa_crc_update(kw_mpa_crc_init(),
-							 out + fw, w - fw - 4),
-				       out + w - 4);
-		o += len;
-	}
-	return w;
-}
 
 static u8 plain[8192];
 

@@ -133,7 +133,7 @@ static bool mut_benign(int k)
 	return k == MUT_NONE || k == MUT_SPLIT || k == MUT_MERGE ||
 	       k == MUT_DRIP || k == MUT_MPA_IRDORD || k == MUT_MPA_PD ||
 	       k == MUT_MPA_CRC || k == MUT_MPA_REV1 || k == MUT_MPA_RSVD ||
-	       k == MUT_MPA_ENH_REV1;
+	       k == MUT_MPA_ENH_REV1 || k == MUT_MPA_MARKERS;
 }
 
 enum outcome {
@@ -702,7 +702,10 @@ static int mpa_exchange(struct conn *c)
 		len = KW_MPA_HDR_LEN + get_unaligned_be16(buf + 18);
 		break;
 	case MUT_MPA_MARKERS:
+		/* markers wanted in kiwarp's FPDUs (RFC 5044 section 5):
+		 * our parser removes them (c->mres.markers_rx) */
 		buf[16] |= KW_MPA_FLAG_MARKERS;
+		cfg.markers = true;
 		break;
 	case MUT_MPA_TRUNC:
 		len = rn(&c->r, len);
@@ -726,7 +729,7 @@ static int mpa_exchange(struct conn *c)
 	}
 	ret = kw_accept(c->qp, c->ksock, NULL, timeout, &req);
 	if (!ret) {
-		if (must_fail && k != MUT_MPA_MARKERS && k != MUT_MPA_GARBAGE)
+		if (must_fail && k != MUT_MPA_GARBAGE)
 			cfail(c, "ACCEPT took a %s Request", mut_name[k]);
 		if (req.param.flags & KIWARP_CONN_CRC)
 			kp.flags = (kp.flags & ~KIWARP_CONN_NO_CRC) |
@@ -734,8 +737,6 @@ static int mpa_exchange(struct conn *c)
 		kp.mpa_rev = req.param.mpa_rev;
 		ret = kw_accept_reply(c->qp, KIWARP_REPLY_ACCEPT, &kp, NULL,
 				      0, &res);
-		if (ret == 0 && k == MUT_MPA_MARKERS)
-			cfail(c, "ACCEPT_REPLY accepted a Request with markers");
 		c->kord = ret ? 0 : res.param.ord;
 	}
 	if (ret) {
@@ -1792,6 +1793,8 @@ static void run_conn(struct conn *c)
 	}
 
 	kw_rx_init(&rx, &sink_ops, c, c->crc, 0);
+	if (c->mres.markers_rx)
+		kw_rx_set_markers(&rx);
 	if (c->kread >= 0) {
 		/* kiwarp's Read Request comes after its Sends */
 		double end = now() + 10;

@@ -207,6 +207,11 @@ static int qp_state(struct kw_qp *qp, struct kiwarp_query_qp *q)
 
 static const size_t sizes[] = { 0, 1, 4095, 65536, MIB, 16 * MIB };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+/* with markers: messages whose FPDUs end just before, on and after a
+ * marker position, and FPDUs of every length mod 512 in a row */
+static const size_t msizes[] = { 0, 1, 490, 503, 504, 505, 506, 507, 508,
+				 509, 1020, 4095, 65536, MIB };
+#define NMSIZES (sizeof(msizes) / sizeof(msizes[0]))
 
 /*
  * KIWARP_RDMA_MAX_SIZE: skip the sizes above it. make check's debug tier
@@ -223,24 +228,39 @@ static size_t max_size(void)
 enum op { OP_SEND, OP_SEND_SE, OP_SEND_INV, OP_SEND_SE_INV, OP_WRITE, OP_READ };
 
 /*
+ * The connection parameters of both ends. markers: 1 = a asks for them
+ * (in b's FPDUs), 2 = b asks (in a's), 3 = both.
+ */
+static void pair_params(struct pair *p, int crc, int rev, int p2p, int rtr,
+			int markers)
+{
+	p->pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
+		      (p2p ? KIWARP_CONN_P2P : 0) |
+		      (markers & 1 ? KIWARP_CONN_MARKERS : 0);
+	p->pa.mpa_rev = rev;
+	p->pa.rtr = rtr;
+	p->pb.mpa_rev = rev;
+	p->pb.flags = (crc ? 0 : KIWARP_CONN_NO_CRC) |
+		      (p2p ? KIWARP_CONN_P2P : 0) |
+		      (markers & 2 ? KIWARP_CONN_MARKERS : 0);
+}
+
+/*
  * One operation of each size from a to b (Read: b's data into a), bytes
  * compared, CQE status/opcode/length checked on both sides.
  */
-static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
-		   int rtr)
+static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
+		     int rtr, int markers)
 {
 	struct pair p = { 0 };
+	struct kiwarp_query_qp q;
 	struct kiwarp_cqe cqe;
 	size_t i, max = max_size();
+	const size_t *sz = markers ? msizes : sizes;
+	size_t nsz = markers ? NMSIZES : NSIZES;
 	int ret;
 
-	p.pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
-		     (p2p ? KIWARP_CONN_P2P : 0);
-	p.pa.mpa_rev = rev;
-	p.pa.rtr = rtr;
-	p.pb.mpa_rev = rev;
-	p.pb.flags = (crc ? 0 : KIWARP_CONN_NO_CRC) |
-		     (p2p ? KIWARP_CONN_P2P : 0);
+	pair_params(&p, crc, rev, p2p, rtr, markers);
 	ret = pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL);
 	note("connected: %d/%d", ret, p.ret_b);
 	ASSERT_EQ(ret, 0);
@@ -249,9 +269,21 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	EXPECT_EQ(!!(p.a.res.param.flags & KIWARP_CONN_CRC), crc);
 	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_CRC), crc);
 	EXPECT_EQ(p.req.param.mpa_rev, rev);
+	/* markers: each end's result and QUERY_QP say both directions */
+	EXPECT_EQ(!!(p.a.res.param.flags & KIWARP_CONN_MARKERS), markers & 1);
+	EXPECT_EQ(!!(p.a.res.param.flags & KIWARP_CONN_MARKERS_TX),
+		  !!(markers & 2));
+	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_MARKERS),
+		  !!(markers & 2));
+	EXPECT_EQ(!!(p.b.res.param.flags & KIWARP_CONN_MARKERS_TX),
+		  markers & 1);
+	ASSERT_EQ(qp_state(p.a.qp, &q), 0);
+	EXPECT_EQ(q.param.flags & (KIWARP_CONN_MARKERS | KIWARP_CONN_MARKERS_TX),
+		  p.a.res.param.flags & (KIWARP_CONN_MARKERS |
+					 KIWARP_CONN_MARKERS_TX));
 
-	for (i = 0; i < NSIZES && sizes[i] <= max; i++) {
-		size_t n = sizes[i];
+	for (i = 0; i < nsz && sz[i] <= max; i++) {
+		size_t n = sz[i];
 		struct kiwarp_sge sge = {
 			.addr = (uintptr_t)p.a.buf, .length = n,
 			.lkey = p.a.mr->stag,
@@ -365,18 +397,18 @@ static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 			/* the failed WR took b's QP down: rebuild the pair */
 			pair_fini(&p);
 			memset(&p, 0, sizeof(p));
-			p.pa.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
-				     (p2p ? KIWARP_CONN_P2P : 0);
-			p.pa.mpa_rev = rev;
-			p.pa.rtr = rtr;
-			p.pb.mpa_rev = rev;
-			p.pb.flags = (crc ? 0 : KIWARP_CONN_NO_CRC) |
-				     (p2p ? KIWARP_CONN_P2P : 0);
+			pair_params(&p, crc, rev, p2p, rtr, markers);
 			ASSERT_EQ(pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL,
 					       KIWARP_ACCESS_ALL), 0);
 		}
 	}
 	pair_fini(&p);
+}
+
+static void run_op(int *kwt_fail, enum op op, int crc, int rev, int p2p,
+		   int rtr)
+{
+	run_op_m(kwt_fail, op, crc, rev, p2p, rtr, 0);
 }
 
 #define OP_TESTS(opname, op)						\
@@ -396,6 +428,26 @@ OP_TESTS(read, OP_READ)
 TEST(p2p_rtr_write) { run_op(kwt_fail, OP_SEND, 1, 2, 1, KIWARP_RTR_WRITE); }
 TEST(p2p_rtr_read) { run_op(kwt_fail, OP_READ, 1, 2, 1, KIWARP_RTR_READ); }
 TEST(p2p_rtr_send) { run_op(kwt_fail, OP_SEND, 0, 2, 1, KIWARP_RTR_SEND); }
+
+/*
+ * MPA markers (RFC 5044 section 5), in one direction, the other and both,
+ * with every operation: a Read's Request goes one way and its Response
+ * the other. Sizes that end FPDUs around marker positions.
+ */
+#define MARKER_TESTS(opname, op)					\
+	TEST(markers_##opname##_a_asks) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 1); } \
+	TEST(markers_##opname##_b_asks) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 2); } \
+	TEST(markers_##opname##_both) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 3); }
+
+MARKER_TESTS(send, OP_SEND)
+MARKER_TESTS(write, OP_WRITE)
+MARKER_TESTS(read, OP_READ)
+TEST(markers_send_inv_both) { run_op_m(kwt_fail, OP_SEND_SE_INV, 1, 2, 0, 0, 3); }
+TEST(markers_write_both_crc0_rev1) { run_op_m(kwt_fail, OP_WRITE, 0, 1, 0, 0, 3); }
+TEST(markers_read_both_crc0) { run_op_m(kwt_fail, OP_READ, 0, 2, 0, 0, 3); }
+TEST(markers_p2p_rtr_write) { run_op_m(kwt_fail, OP_SEND, 1, 2, 1, KIWARP_RTR_WRITE, 3); }
+TEST(markers_p2p_rtr_read) { run_op_m(kwt_fail, OP_READ, 1, 2, 1, KIWARP_RTR_READ, 1); }
+TEST(markers_p2p_rtr_send) { run_op_m(kwt_fail, OP_WRITE, 0, 2, 1, KIWARP_RTR_SEND, 2); }
 
 TEST(private_data_and_negotiation)
 {

@@ -27,6 +27,7 @@
 #include "kw_vmtest.h"
 #include "iwarp.h"
 #include "kw_rawpeer.h"
+#include "kw_markref.h"
 #include "../unit/harness.h"
 
 #define KBUF 65536
@@ -1707,5 +1708,165 @@ TEST(fin_with_the_reply)
 	ASSERT_EQ(k.ret, 0);
 	qp_wait_error(k.qp, &q, 5);
 	EXPECT_EQ(q.state, KIWARP_QPS_ERROR);
+	kend_fini(&k);
+}
+
+/* --- MPA markers (RFC 5044 section 5) ---------------------------------- */
+
+/* The raw peer asks for markers (or not) and kiwarp's ULP for its own. */
+static void markers_connect(int *kwt_fail, struct kend *k, bool raw_wants,
+			    bool kw_wants, struct kw_mpa_result *res)
+{
+	struct kw_mpa_cfg cfg = { .rev = 2, .crc = true, .ird = 8, .ord = 8,
+				  .markers = raw_wants };
+	struct kw_mpa_frame req, rep;
+	uint8_t pd[KW_MPA_MAX_PD];
+
+	ASSERT_EQ(kend_init(k), 0);
+	k->param = (struct kw_conn_param){ .mpa_rev = 2,
+		.flags = kw_wants ? KIWARP_CONN_MARKERS : 0 };
+	kw_mpa_make_request(&cfg, &req);
+	ASSERT_EQ(raw_request(k, k_accept, &req, &rep, pd), 0);
+	ASSERT_EQ(k->ret, 0);
+	EXPECT_FALSE(rep.reject);
+	EXPECT_EQ(rep.markers, kw_wants);
+	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, res), 0);
+	EXPECT_EQ(!!(k->res.param.flags & KIWARP_CONN_MARKERS_TX), raw_wants);
+	EXPECT_EQ(!!(k->res.param.flags & KIWARP_CONN_MARKERS), kw_wants);
+	k->raw.crc = res->crc;
+}
+
+/*
+ * Markers in kiwarp's FPDUs, checked on the raw bytes octet by octet
+ * (walk_marked(), not the core's parser): from the first octet after
+ * kiwarp's Reply every octet at a multiple of 512 in front of FPDU bytes
+ * is a marker, FPDUPTR back to its FPDU's first octet, covered by the
+ * CRC. Sends whose FPDUs end just before, on and after marker positions;
+ * then the core's parser (markers on) takes the same bytes.
+ */
+TEST(markers_in_kiwarp_stream_where_the_rfc_puts_them)
+{
+	static const uint32_t lens[] = { 0, 1, 490, 503, 504, 505, 506, 507,
+					 508, 509, 1020, 3000, 20000 };
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t w[256 * 1024];
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 4 };
+	struct kw_mpa_result res;
+	struct kiwarp_cqe cqe;
+	unsigned int nf = 0, nm = 0, i, nlens = sizeof(lens) / sizeof(lens[0]);
+	size_t got = 0;
+	long ok = 0;
+	double end;
+	struct kw_rx rx;
+
+	markers_connect(kwt_fail, &k, true, false, &res);
+	/* the initiator's first FPDU unfences kiwarp (no markers this way) */
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf;
+	ASSERT_EQ(rp_send(&k.raw, &m, (const uint8_t *)"abcd", 0), 0);
+	for (i = 0; i < nlens; i++) {
+		struct kiwarp_sge sge = { (uintptr_t)k.buf, lens[i], k.mr->stag };
+		struct kw_send_wr wr = { .wr_id = i, .opcode = KIWARP_WR_SEND,
+					 .flags = KW_SEND_SIGNALED,
+					 .num_sge = 1, .sg_list = &sge };
+
+		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+		while (kw_poll_cq(k.cq, 1, &cqe) == 0)
+			kw_wait_cq(k.cq, 100);
+		ASSERT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	}
+	end = now() + 10;
+	while (nf < nlens && now() < end) {
+		struct pollfd pfd = { .fd = k.raw.fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pfd, 1, 200) != 1)
+			continue;
+		n = read(k.raw.fd, w + got, sizeof(w) - got);
+		ASSERT_TRUE(n > 0);
+		got += n;
+		ok = walk_marked(w, got, true, &nf, &nm);
+		ASSERT_TRUE(ok >= 0);
+	}
+	note("%u FPDUs, %u markers in %zu bytes", nf, nm, got);
+	ASSERT_EQ(nf, nlens);
+	EXPECT_EQ((size_t)ok, got);
+	EXPECT_EQ(nm, (got + 511) / 512);	/* one at every 512, 0 too */
+
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
+	kw_rx_set_markers(&rx);
+	EXPECT_EQ(kw_rx_input(&rx, w, got), got);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	ASSERT_EQ(s.n, nlens);
+	for (i = 0; i < nlens; i++)
+		EXPECT_EQ(s.msg[i].len, lens[i]);
+	kend_fini(&k);
+}
+
+/*
+ * kiwarp asks for markers: the raw peer's Writes carry them (put in by
+ * mark_stream(), the test's own inserter) and land where they should;
+ * a marker whose FPDUPTR is off by 4 then gets the Terminate "Marker and
+ * ULPDU pointers not consistent" (LLP / MPA / 0x03) and nothing of its
+ * FPDU is placed, although its CRC is good.
+ */
+TEST(markers_from_the_peer_checked_before_placement)
+{
+	static struct kend k;
+	static struct rp_sink s;
+	static uint8_t plain[16384], w[20000], pl[8000];
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE };
+	struct kw_mpa_result res;
+	uint8_t *e;
+	size_t n, mw, pos;
+	struct kw_rx rx;
+	unsigned int i;
+
+	for (i = 0; i < sizeof(pl); i++)
+		pl[i] = (uint8_t)(i * 7 + 3);
+	markers_connect(kwt_fail, &k, false, true, &res);
+	EXPECT_TRUE(res.markers_tx);
+	/* two Writes, FPDUs of 1000 bytes, with markers from position 0 */
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf;
+	m.len = 3000;
+	m.mulpdu = 1000;
+	e = rp_build(&k.raw, &m, pl, plain);
+	ASSERT_TRUE(e != NULL);
+	m.to = (uintptr_t)k.buf + 5000;
+	m.len = 700;
+	e = rp_build(&k.raw, &m, pl + 3000, e);
+	ASSERT_TRUE(e != NULL);
+	n = e - plain;
+	mw = mark_stream(plain, n, 0, w, res.crc, -1, 0);
+	ASSERT_EQ(writen(k.raw.fd, w, mw), 0);
+	pos = mw;
+	/* then a Write whose second marker points 4 bytes too far back */
+	m.to = (uintptr_t)k.buf + 8000;
+	m.len = 1500;
+	m.mulpdu = 2000;
+	e = rp_build(&k.raw, &m, pl, plain);
+	ASSERT_TRUE(e != NULL);
+	n = e - plain;
+	memset(k.buf + 8000, 0xee, 1500);
+	/* mark_stream from pos: markers counted from this FPDU on */
+	mw = mark_stream(plain, n, pos, w, res.crc, 1, 4);
+	ASSERT_EQ(writen(k.raw.fd, w, mw), 0);
+
+	memset(&s, 0, sizeof(s));
+	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
+	rp_read(&k.raw, &rx, &s, 10, NULL);
+	ASSERT_TRUE(s.got_term);
+	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
+	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
+	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_MARKER);
+	EXPECT_EQ(memcmp(k.buf, pl, 3000), 0);
+	EXPECT_EQ(memcmp(k.buf + 5000, pl + 3000, 700), 0);
+	for (i = 0; i < 1500; i++)
+		if (k.buf[8000 + i] != 0xee)
+			break;
+	EXPECT_EQ(i, 1500);	/* not a byte of the bad FPDU */
 	kend_fini(&k);
 }

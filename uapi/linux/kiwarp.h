@@ -292,8 +292,21 @@ struct kiwarp_create_qp {
  */
 #define KIWARP_CONN_CRC		(1U << 0)	/* MPA CRC (the default) */
 #define KIWARP_CONN_P2P		(1U << 1)	/* rev 2 peer-to-peer RTR */
-#define KIWARP_CONN_MARKERS	(1U << 2)	/* not supported yet: -EINVAL */
+#define KIWARP_CONN_MARKERS	(1U << 2)	/* MPA markers: see below */
 #define KIWARP_CONN_NO_CRC	(1U << 3)	/* explicit opt-out of CRC */
+/*
+ * MPA markers (RFC 5044 section 5), negotiated for each direction on its
+ * own: KIWARP_CONN_MARKERS in a connect, listen or accept sets M in our
+ * Request or Reply, asking the peer to put markers in the FPDUs it sends
+ * us; the peer's M asks the same of us, and kiwarp always honours it. In
+ * results (events, QUERY_QP), KIWARP_CONN_MARKERS says the peer's FPDUs
+ * carry markers, KIWARP_CONN_MARKERS_TX (results only; -EINVAL as input)
+ * that ours do. An FPDU with markers is copied into the socket whatever
+ * its size (copy_max does not apply), and its MULPDU leaves room for
+ * them. A peer that cannot send markers (upstream siw) rejects a Request
+ * with M (the connect fails with ECONNREFUSED) or fails on a Reply with M.
+ */
+#define KIWARP_CONN_MARKERS_TX	(1U << 4)
 
 /* RTR frame type, struct kiwarp_conn_param.rtr (rev 2, P2P only) */
 #define KIWARP_RTR_NONE		0
