@@ -55,7 +55,7 @@ static int debug, verbose, validate, count, size = 64, server = -1;
 static int persistent;
 static const char *addr_str;
 static int port = 7174;
-static int mpa_rev = 2, crc;
+static int mpa_rev = 2, crc, markers;
 /* server: the listener's context; QPs must live in the same one */
 static struct kw_device *srv_dev;
 
@@ -394,7 +394,8 @@ static struct kw_conn_param conn_param(void)
 	struct kw_conn_param p = { 0 };
 
 	p.mpa_rev = mpa_rev;
-	p.flags = crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
+	p.flags = (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) |
+		  (markers ? KIWARP_CONN_MARKERS : 0);
 	p.ird = 1;
 	p.ord = 1;
 	return p;
@@ -527,6 +528,7 @@ static void usage(const char *name)
 	printf("\t-P\t\tpersistent server mode (one connection at a time)\n");
 	printf("\t-R rev\t\tMPA revision 1 or 2 (kiwarp only; default 2)\n");
 	printf("\t-K\t\tuse MPA CRC (kiwarp only; without -K this tool declines\n\t\t\tit, like rping over siw by default)\n");
+	printf("\t-M\t\task the peer for MPA markers (kiwarp only; siw refuses)\n");
 }
 
 int main(int argc, char **argv)
@@ -534,7 +536,7 @@ int main(int argc, char **argv)
 	int op, ret = 0;
 
 	opterr = 0;
-	while ((op = getopt(argc, argv, "a:I:Pp:C:S:t:scvVdqR:K")) != -1) {
+	while ((op = getopt(argc, argv, "a:I:Pp:C:S:t:scvVdqR:KM")) != -1) {
 		switch (op) {
 		case 'a': addr_str = optarg; break;
 		case 'I': break;	/* source address: kernel's choice */
@@ -568,6 +570,7 @@ int main(int argc, char **argv)
 		case 't': break;	/* type of service: not applicable */
 		case 'R': mpa_rev = atoi(optarg); break;
 		case 'K': crc = 1; break;
+		case 'M': markers = 1; break;
 		default:
 			usage("kiwarp-rping");
 			return EINVAL;

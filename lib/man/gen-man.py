@@ -278,7 +278,7 @@ once sent. A FIN in the middle of a message ends the stream: ERROR.""",
 CONN_PARAM = """.PP
 \\fIparam\\fR may be NULL (MPA revision 2, CRC, no P2P). Its members:
 \\fIflags\\fR (\\fBKIWARP_CONN_NO_CRC\\fR, \\fBKIWARP_CONN_CRC\\fR,
-\\fBKIWARP_CONN_P2P\\fR), \\fImpa_rev\\fR
+\\fBKIWARP_CONN_P2P\\fR, \\fBKIWARP_CONN_MARKERS\\fR), \\fImpa_rev\\fR
 (1 or 2; 0 selects 2), \\fIrtr\\fR (\\fBKIWARP_RTR_*\\fR, only with P2P),
 \\fIird\\fR and \\fIord\\fR (RDMA Reads served and issued), \\fItimeout_ms\\fR
 (0: kernel default, 10 s). P2P and RTR need revision 2.
@@ -288,6 +288,15 @@ section 4.4: CRC is the default), and even then it is on when the peer's
 MPA frame asks for it; \\fBKIWARP_CONN_CRC\\fR states the default
 explicitly, and both together are \\-EINVAL. In \\fIresult\\fR,
 \\fBKIWARP_CONN_CRC\\fR says whether the connection runs with CRC.
+.PP
+\\fBKIWARP_CONN_MARKERS\\fR asks the peer to put MPA markers (RFC 5044
+section 5) in the FPDUs it sends (M in the Request or Reply); a peer that
+asks for them gets them, and each direction is negotiated on its own. In
+\\fIresult\\fR, \\fBKIWARP_CONN_MARKERS\\fR says the peer's FPDUs carry
+markers and \\fBKIWARP_CONN_MARKERS_TX\\fR that ours do (an FPDU with
+markers is always copied: \\fIcopy_max\\fR does not apply). Upstream siw
+cannot send markers: it rejects a Request that asks for them
+(\\-ECONNREFUSED) and fails the connection on such a Reply.
 \\fBkw_query_qp\\fR(3) also reports the IRD and ORD the peer sent
 (\\fIpeer_ird\\fR, \\fIpeer_ord\\fR; RFC 6581 section 9.1)."""
 

@@ -32,6 +32,12 @@
  * prints TAP ("ok N - ..."); ipeer-verbs prints diagnostics to stderr and
  * exits non-zero if any step failed.
  *
+ * --markers: the kw side asks for MPA markers (RFC 5044 section 5), which
+ *   siw cannot send: as initiator kiwarp's Request is rejected by siw's CM
+ *   (ECONNREFUSED; the verbs server never sees a request), as responder
+ *   siw's rdma_connect fails on the Reply with M and siw closes, which
+ *   kiwarp's QP reports (it leaves RTS). No data steps.
+ *
  * --error write|read: the kw side issues an RDMA op 1 byte beyond the verbs
  *   peer's MR (--error-dir kw) and expects a remote access error with the
  *   Terminate siw sent; or the verbs side does it to kiwarp (--error-dir
@@ -91,7 +97,7 @@ static struct {
 	int port;
 	int rev, crc, p2p;
 	int pdata, rpdata;
-	bool reject;
+	bool reject, markers;
 	int ops;		/* bitmask */
 	size_t sizes[16];
 	int nsizes;
@@ -394,6 +400,15 @@ static void do_connect(void)
 			die("listen: %s", strerror(errno));
 		printf("listening\n");
 		fflush(stdout);
+		if (o.markers) {
+			/* siw refuses a Request with M in its CM */
+			struct pollfd pfd = { .fd = ech->fd, .events = POLLIN };
+			bool none = poll(&pfd, 1, 5000) != 1;
+
+			printf("%s\n", none ? "no request (siw refused it)" :
+			       "a request with M reached the ULP");
+			exit(none ? 0 : 1);
+		}
 		ev = cm_wait(RDMA_CM_EVENT_CONNECT_REQUEST);
 		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 			die("expected CONNECT_REQUEST, got %s", rdma_event_str(ev->event));
@@ -464,6 +479,15 @@ static void do_connect(void)
 		if (rdma_connect(id, &cp))
 			die("rdma_connect: %s", strerror(errno));
 		ev = cm_wait(RDMA_CM_EVENT_ESTABLISHED);
+		if (o.markers) {
+			/* siw fails on a Reply with M */
+			bool ok = ev->event != RDMA_CM_EVENT_ESTABLISHED;
+
+			printf("connect %s (%s, status %d)\n",
+			       ok ? "failed" : "established",
+			       rdma_event_str(ev->event), ev->status);
+			exit(ok ? 0 : 1);
+		}
 		if (o.reject) {
 			bool ok = ev->event == RDMA_CM_EVENT_REJECTED;
 
@@ -663,7 +687,8 @@ static void do_connect(void)
 	if (getaddrinfo(o.addr, port, NULL, &ai))
 		die("getaddrinfo %s", o.addr);
 	cp.mpa_rev = o.rev;
-	cp.flags = (o.crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) | (o.p2p ? KIWARP_CONN_P2P : 0);
+	cp.flags = (o.crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) | (o.p2p ? KIWARP_CONN_P2P : 0) |
+		   (o.markers ? KIWARP_CONN_MARKERS : 0);
 	cp.ird = 8;
 	cp.ord = 8;
 	cp.timeout_ms = o.timeout_ms;
@@ -695,6 +720,24 @@ static void do_connect(void)
 				      KIWARP_REPLY_ACCEPT, &cp, pdb, o.rpdata,
 				      &cres);
 		kw_destroy_listener(l);
+		if (o.markers) {
+			/* M in our Reply: siw fails its connect and closes */
+			struct kiwarp_query_qp q = { 0 };
+			double end = now() + 10;
+
+			tap(ret == 0 && (cres.param.flags & KIWARP_CONN_MARKERS),
+			    "markers: Reply with M sent (kw_accept_reply %d)", ret);
+			do {
+				usleep(50000);
+				if (kw_query_qp(qp, &q))
+					die("kw_query_qp");
+			} while (q.state == KIWARP_QPS_RTS && now() < end);
+			tap(q.state != KIWARP_QPS_RTS,
+			    "markers: siw closed, the QP left RTS (state %u)",
+			    q.state);
+			printf("# %d passed, %d failed\n", tapn - nfail, nfail);
+			exit(nfail ? 1 : 0);
+		}
 		if (o.reject) {
 			tap(ret == 0 || ret == -ECONNREFUSED,
 			    "reject sent (kw_accept_reply %d)", ret);
@@ -707,6 +750,13 @@ static void do_connect(void)
 		fill(pdb, o.pdata, 0x11);
 		ret = kw_connect_addr(qp, ai->ai_addr, ai->ai_addrlen, &cp,
 				      pdb, o.pdata, &cres);
+		if (o.markers) {
+			tap(ret == -ECONNREFUSED,
+			    "markers: siw rejected a Request with M (ret %d)",
+			    ret);
+			printf("# %d passed, %d failed\n", tapn - nfail, nfail);
+			exit(nfail ? 1 : 0);
+		}
 		if (o.reject) {
 			bool ok = ret == -ECONNREFUSED;
 
@@ -1217,6 +1267,7 @@ int main(int argc, char **argv)
 		{ "rev", 1, 0, 'r' }, { "crc", 1, 0, 'C' }, { "p2p", 1, 0, 'P' },
 		{ "pdata", 1, 0, 'd' }, { "rpdata", 1, 0, 'D' },
 		{ "reject", 0, 0, 'R' }, { "ops", 1, 0, 'o' },
+		{ "markers", 0, 0, 'M' },
 		{ "sizes", 1, 0, 'S' }, { "dirs", 1, 0, 'x' },
 		{ "error", 1, 0, 'e' }, { "error-dir", 1, 0, 'E' },
 		{ "label", 1, 0, 'l' }, { "timeout", 1, 0, 't' },
@@ -1241,6 +1292,7 @@ int main(int argc, char **argv)
 		case 'd': o.pdata = atoi(optarg); break;
 		case 'D': o.rpdata = atoi(optarg); break;
 		case 'R': o.reject = true; break;
+		case 'M': o.markers = true; break;
 		case 'o': parse_ops(optarg); break;
 		case 'S': parse_sizes(optarg); break;
 		case 'x': o.dirs = !strcmp(optarg, "kw") ? 1 :

@@ -334,6 +334,16 @@ for role in client server; do
 done
 fi
 
+# 3b. MPA markers (RFC 5044 section 5): kiwarp asks siw for them. siw
+# cannot send markers: its CM rejects a Request with M (kiwarp's connect
+# gets ECONNREFUSED) and fails its connect on a Reply with M, then closes
+# (kiwarp's QP leaves RTS). kiwarp <-> kiwarp with markers: kw_rdma/kw_rnic.
+if group markers; then
+for role in client server; do
+	pair $role rev2-crc0-p2p0 --label "markers/kw-$role" --markers
+done
+fi
+
 # 4. rping (rdma-core) <-> kiwarp-rping.
 if group rping; then
 	RPING=$top/tools/kiwarp-rping
