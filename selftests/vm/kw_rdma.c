@@ -431,20 +431,16 @@ TEST(p2p_rtr_send) { run_op(kwt_fail, OP_SEND, 0, 2, 1, KIWARP_RTR_SEND); }
 
 /*
  * MPA markers (RFC 5044 section 5), in one direction, the other and both,
- * with every operation: a Read's Request goes one way and its Response
- * the other. Sizes that end FPDUs around marker positions.
+ * with every operation (a Read's Request goes one way and its Response the
+ * other), with and without CRC, rev 1 and each P2P RTR. Sizes that end
+ * FPDUs around marker positions.
  */
-#define MARKER_TESTS(opname, op)					\
-	TEST(markers_##opname##_a_asks) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 1); } \
-	TEST(markers_##opname##_b_asks) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 2); } \
-	TEST(markers_##opname##_both) { run_op_m(kwt_fail, op, 1, 2, 0, 0, 3); }
-
-MARKER_TESTS(send, OP_SEND)
-MARKER_TESTS(write, OP_WRITE)
-MARKER_TESTS(read, OP_READ)
+TEST(markers_send_b_asks) { run_op_m(kwt_fail, OP_SEND, 1, 2, 0, 0, 2); }
+TEST(markers_read_a_asks) { run_op_m(kwt_fail, OP_READ, 1, 2, 0, 0, 1); }
+TEST(markers_write_both) { run_op_m(kwt_fail, OP_WRITE, 1, 2, 0, 0, 3); }
+TEST(markers_read_both_crc0) { run_op_m(kwt_fail, OP_READ, 0, 2, 0, 0, 3); }
 TEST(markers_send_inv_both) { run_op_m(kwt_fail, OP_SEND_SE_INV, 1, 2, 0, 0, 3); }
 TEST(markers_write_both_crc0_rev1) { run_op_m(kwt_fail, OP_WRITE, 0, 1, 0, 0, 3); }
-TEST(markers_read_both_crc0) { run_op_m(kwt_fail, OP_READ, 0, 2, 0, 0, 3); }
 TEST(markers_p2p_rtr_write) { run_op_m(kwt_fail, OP_SEND, 1, 2, 1, KIWARP_RTR_WRITE, 3); }
 TEST(markers_p2p_rtr_read) { run_op_m(kwt_fail, OP_READ, 1, 2, 1, KIWARP_RTR_READ, 1); }
 TEST(markers_p2p_rtr_send) { run_op_m(kwt_fail, OP_WRITE, 0, 2, 1, KIWARP_RTR_SEND, 2); }
