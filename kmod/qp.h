@@ -193,6 +193,7 @@ struct kw_qp {
 	 * next byte (0: the first after our Request or Reply) and of the
 	 * current FPDU's first byte */
 	u32 tx_mpos, tx_fpdu_pos;
+	u32 tx_batch_mpos;	/* tx_mpos where the batch began */
 	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE
 				 * (0: everything was pushed) */
 	bool tx_copy;		/* SQ payload copied, done when in TCP */

@@ -323,6 +323,9 @@ static void tx_abandon(struct kw_qp *qp)
 	qp->tx_active = false;
 	qp->tx_kind = KW_TXK_NONE;
 	spin_unlock_bh(&qp->lock);
+	/* markers: the stream is where TCP has it (a Terminate may follow
+	 * a batch that failed to build, as after a revoked Read source) */
+	qp->tx_mpos = qp->tx_batch_mpos + qp->tx_batch_sent;
 	tx_batch_reset(qp);
 	tx_drop_refs(qp);
 }
@@ -747,6 +750,7 @@ static int tx_fill(struct kw_qp *qp)
 	BUILD_BUG_ON(KW_TX_RESP_BATCH / PAGE_SIZE + 2 >
 		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
+	qp->tx_batch_mpos = qp->tx_mpos;
 	if (qp->tx_kind == KW_TXK_READ_RESP || qp->mpa.markers_tx) {
 		/*
 		 * tx_pick() cut a Read Response's FPDUs so that one fits
