@@ -705,7 +705,12 @@ static void cm_send_llp_term(struct kw_qp *qp, const struct kw_mpa_result *res)
 		.layer = KW_TERM_LAYER_LLP, .etype = KW_TERM_LLP_ETYPE_MPA,
 		.ecode = res->term,
 	};
-	u8 body[KW_TERM_MAX_LEN], wire[KW_TX_HDR_MAX + 8];
+	u8 body[KW_TERM_MAX_LEN];
+	u8 wire[KW_MPA_MARKER_LEN + KW_TX_HDR_MAX + 8];
+	/* RFC 5044 section 5: a peer that asked for markers gets one in
+	 * front of our first FPDU, this one (position 0), with FPDUPTR 0
+	 * and inside the CRC; the FPDU is too short for another */
+	u32 lead = res->markers_tx ? KW_MPA_MARKER_LEN : 0;
 	struct kw_tx_msg m = {
 		.opcode = KW_OP_TERMINATE, .crc = res->crc,
 		.mulpdu = KW_MPA_MULPDU_MIN, .qn = KW_QN_TERMINATE, .msn = 1,
@@ -720,20 +725,24 @@ static void cm_send_llp_term(struct kw_qp *qp, const struct kw_mpa_result *res)
 	if (len < 0)
 		return;
 	m.inline_len = len;
+	BUILD_BUG_ON(sizeof(wire) > KW_MPA_MARKER_SPACING);
 	if (kw_tx_fpdu_next(&m, &off, &f) ||
-	    f.hdr_len + f.trailer_len > sizeof(wire))
+	    lead + f.hdr_len + f.trailer_len > sizeof(wire))
 		return;
-	if (m.crc)
-		crc = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+	memset(wire, 0, lead);
+	if (m.crc) {
+		crc = kw_mpa_crc_update(kw_mpa_crc_init(), wire, lead);
+		crc = kw_mpa_crc_update(crc, f.hdr, f.hdr_len);
+	}
 	kw_tx_fpdu_seal(&m, &f, crc);
-	memcpy(wire, f.hdr, f.hdr_len);
-	memcpy(wire + f.hdr_len, f.trailer, f.trailer_len);
+	memcpy(wire + lead, f.hdr, f.hdr_len);
+	memcpy(wire + lead + f.hdr_len, f.trailer, f.trailer_len);
 	spin_lock_bh(&qp->lock);
 	qp->term_sent = (struct kiwarp_term_info){
 		.valid = 1, .layer = t.layer, .etype = t.etype, .ecode = t.ecode,
 	};
 	spin_unlock_bh(&qp->lock);
-	cm_send(qp, wire, f.hdr_len + f.trailer_len);
+	cm_send(qp, wire, lead + f.hdr_len + f.trailer_len);
 }
 
 /* Connection setup failed: close, and the QP is of no further use. */

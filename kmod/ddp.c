@@ -765,10 +765,11 @@ static void rx_crc_in(struct kw_rx *rx, const u8 *p, size_t n)
 
 /*
  * Bytes of the marker at the current position (RFC 5044 section 5). Its
- * FPDUPTR must point back to the first octet of the FPDU it sits in (0
- * for one that leads an FPDU); the two low bits count as zero and the
- * reserved half is ignored. Anything else is an LLP error: Terminate
- * "Marker and ULPDU pointers not consistent" (section 8).
+ * FPDUPTR must be the distance back to the ULPDU Length field of the FPDU
+ * it sits in (0 for one that leads an FPDU, in front of that field); the
+ * two low bits count as zero and the reserved half is ignored. Anything
+ * else is an LLP error: Terminate "Marker and ULPDU pointers not
+ * consistent" (section 8).
  */
 static size_t rx_marker(struct kw_rx *rx, const u8 *p, size_t len)
 {
@@ -783,6 +784,8 @@ static size_t rx_marker(struct kw_rx *rx, const u8 *p, size_t len)
 	rx->mk_got = 0;
 	rx->markers_seen++;
 	want = rx->mpos - KW_MPA_MARKER_LEN - rx->fpdu_pos;
+	if (!want)	/* it leads the FPDU: the length field follows */
+		rx->fpdu_pos = rx->mpos;
 	if (want > 0xffff ||
 	    (get_unaligned_be16(rx->mk + 2) & ~3U) != want)
 		kw_rx_marker_failed(rx);

@@ -173,10 +173,13 @@ u32 kw_mpa_mulpdu(u32 emss, bool markers);
  * Request or Reply (so the first FPDU opens with one). A marker goes in
  * front of the FPDU byte that would have been at that position, belongs
  * to that FPDU (a marker at an FPDU's start leads it) and is covered by
- * its CRC. Its low 16 bits, FPDUPTR, are the distance back from the
- * marker to the first octet of that FPDU (0 for a leading marker); the
- * reserved high 16 bits are zero on transmit and ignored on receive. The
- * positions are stream offsets modulo 2^32 (512 divides 2^32).
+ * its CRC. Its low 16 bits, FPDUPTR, are the number of octets from the
+ * FPDU's ULPDU Length field to the marker: 0 for a marker that leads an
+ * FPDU (directly in front of that field, RFC 5044 Figure 5), and counted
+ * from the length field, not from the leading marker, for the FPDU's
+ * later markers. The reserved high 16 bits are zero on transmit and
+ * ignored on receive. The positions are stream offsets modulo 2^32 (512
+ * divides 2^32).
  */
 #define KW_MPA_MARKER_SPACING	512
 #define KW_MPA_MARKER_LEN	4
@@ -208,11 +211,16 @@ static inline u32 kw_mpa_wire_len(u32 pos, u32 len)
 #define KW_MPA_MARKERS_MAX(len)	(KW_MPA_MARKER_LEN * \
 	((len) / (KW_MPA_MARKER_SPACING - KW_MPA_MARKER_LEN) + 1))
 
-/* The marker at stream position pos of the FPDU that began at fpdu_pos. */
-static inline void kw_mpa_marker_encode(u32 pos, u32 fpdu_pos, u8 out[4])
+/*
+ * The marker at stream position pos of the FPDU whose ULPDU Length field
+ * is at hdr_pos (a marker that leads the FPDU: pos == hdr_pos - 4, and
+ * FPDUPTR 0).
+ */
+static inline void kw_mpa_marker_encode(u32 pos, u32 hdr_pos, u8 out[4])
 {
 	put_unaligned_be16(0, out);
-	put_unaligned_be16((u16)(pos - fpdu_pos), out + 2);
+	put_unaligned_be16(pos + KW_MPA_MARKER_LEN == hdr_pos ? 0 :
+			   (u16)(pos - hdr_pos), out + 2);
 }
 
 /* Bytes of pad after a ULPDU of ulpdu_len so that 2 + len + pad is 4-aligned */
@@ -555,7 +563,8 @@ struct kw_rx {
 	struct kw_ddp_hdr h;
 
 	/* markers (kw_rx_set_markers()): stream position of the next byte,
-	 * and of the first byte (a leading marker's) of the current FPDU */
+	 * and of the current FPDU's ULPDU Length field (past a marker that
+	 * leads the FPDU, once that is in) */
 	bool markers;
 	bool fpdu_open;		/* the current FPDU's first byte was seen */
 	u32 mpos, fpdu_pos;

@@ -191,7 +191,7 @@ struct kw_qp {
 	bool tx_msg_cut;	/* its last FPDU is in the batch */
 	/* MPA markers on transmit (mpa.markers_tx): stream position of the
 	 * next byte (0: the first after our Request or Reply) and of the
-	 * current FPDU's first byte */
+	 * current FPDU's ULPDU Length field */
 	u32 tx_mpos, tx_fpdu_pos;
 	u32 tx_batch_mpos;	/* tx_mpos where the batch began */
 	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE

@@ -489,13 +489,16 @@ struct rx_crc {
 /*
  * The markers among the FPDU bytes [c->pos, c->pos + n) at p: every
  * 512-aligned stream position before the CRC field is one, and its
- * FPDUPTR is its offset in the FPDU (RFC 5044 section 5; the low two bits
- * do not count). Checked here, before the parser places a byte of the
- * FPDU; the parser checks them again as it goes.
+ * FPDUPTR is its distance from the ULPDU Length field (RFC 5044 section
+ * 5; 0 for a marker that leads the FPDU; the low two bits do not count).
+ * Checked here, before the parser places a byte of the FPDU; the parser
+ * checks them again as it goes.
  */
 static void rx_crc_markers(struct rx_crc *c, const u8 *p, u32 n)
 {
 	u32 o = c->pos, end = min(c->pos + n, c->crc_len);
+	/* the length field's offset: after a leading marker */
+	u32 hdr = (c->start & (KW_MPA_MARKER_SPACING - 1)) ? 0 : KW_MPA_MARKER_LEN;
 
 	while (o < end) {
 		u32 r = (c->start + o) & (KW_MPA_MARKER_SPACING - 1);
@@ -506,7 +509,8 @@ static void rx_crc_markers(struct rx_crc *c, const u8 *p, u32 n)
 		}
 		c->mk[r] = p[o - c->pos];
 		if (r == KW_MPA_MARKER_LEN - 1 &&
-		    (get_unaligned_be16(c->mk + 2) & ~3U) != o - r)
+		    (get_unaligned_be16(c->mk + 2) & ~3U) !=
+		    (o - r ? o - r - hdr : 0))
 			c->mk_bad = true;
 		o++;
 	}

@@ -589,6 +589,8 @@ static int tx_marker_due(struct kw_qp *qp, u32 *crc)
 
 	if (!qp->mpa.markers_tx || kw_mpa_marker_gap(qp->tx_mpos))
 		return 0;
+	if (qp->tx_mpos == qp->tx_fpdu_pos)	/* it leads the FPDU */
+		qp->tx_fpdu_pos += sizeof(mk);
 	kw_mpa_marker_encode(qp->tx_mpos, qp->tx_fpdu_pos, mk);
 	ret = tx_stream_put(qp, mk, sizeof(mk));
 	if (ret)
@@ -698,7 +700,9 @@ static int tx_stream_fpdu(struct kw_qp *qp)
 	if (ret)
 		return ret;
 	pad = f->trailer_len - 4;
-	qp->tx_fpdu_pos = qp->tx_mpos;	/* a marker due here leads it */
+	/* the length field's position: tx_marker_due() moves it past a
+	 * marker that leads the FPDU */
+	qp->tx_fpdu_pos = qp->tx_mpos;
 	ret = tx_stream_put_marked(qp, f->hdr, f->hdr_len, &crc);
 	if (!ret)
 		ret = tx_stream_payload(qp, f, &crc);

@@ -1089,3 +1089,89 @@ TEST(markers_rfc5044_figures)
 	EXPECT_EQ(r.w.placed[0], 24);
 	EXPECT_EQ(r.rx.markers_seen, 1);
 }
+
+/* A 4 KiB Write target of its own: FPDUs longer than 512 bytes. */
+static u8 big[4096];
+static int big_fpdus;
+
+static int big_lookup(void *ctx, u32 stag, u8 opcode, struct kw_mr_view *mr)
+{
+	(void)ctx;
+	(void)opcode;
+	if (stag != W_STAG)
+		return -ENOENT;
+	*mr = (struct kw_mr_view){ .cookie = big, .stag = W_STAG, .pd = W_PD,
+		.access = KW_ACC_LOCAL_WRITE | KW_ACC_REMOTE_WRITE,
+		.valid = true, .base = 0x1000, .len = sizeof(big) };
+	return 0;
+}
+
+static void big_place(void *ctx, void *cookie, u64 off, const void *src,
+		      u32 len)
+{
+	(void)ctx;
+	if (cookie != big || off + len > sizeof(big))
+		abort();
+	memcpy(big + off, src, len);
+}
+
+static int big_done(void *ctx, const struct kw_ddp_hdr *h, const u8 *payload,
+		    u32 placed, struct kw_term *term)
+{
+	(void)ctx, (void)h, (void)payload, (void)placed, (void)term;
+	big_fpdus++;
+	return 0;
+}
+
+static const struct kw_rx_ops big_ops = {
+	.lookup_stag = big_lookup, .place = big_place,
+	.segment_done = big_done,
+};
+
+/*
+ * FPDUs of 1,400 bytes hold two or three markers each; from stream
+ * positions that put a marker in front of an FPDU, its later markers
+ * count from the ULPDU Length field, not from that leading marker (RFC
+ * 5044 section 5): one such marker 4 bytes off is a Terminate.
+ */
+TEST(markers_in_long_fpdus)
+{
+	struct kw_tx_msg m = msg_write(W_STAG, 0x1000, 3000, false);
+	struct kw_rx rx;
+	int crc, n, bad;
+	u32 start;
+	size_t mw;
+
+	pattern_init();
+	for (crc = 0; crc < 2; crc++) {
+		m.crc = crc;
+		m.mulpdu = 1400;
+		n = build_msg(&m, pattern, plain, sizeof(plain));
+		ASSERT_TRUE(n > 0);
+		for (start = 0; start < 512; start += 4) {
+			mw = mark_stream(plain, n, start, stream, crc, -1, 0);
+			memset(big, 0, sizeof(big));
+			big_fpdus = 0;
+			kw_rx_init(&rx, &big_ops, NULL, crc, W_PD);
+			kw_rx_set_markers(&rx);
+			rx.mpos = start;
+			ASSERT_EQ(feed(&rx, stream, mw, 7), mw);
+			ASSERT_FALSE(kw_rx_failed(&rx));
+			EXPECT_EQ(big_fpdus, 3);
+			EXPECT_MEMEQ(big, pattern, 3000);
+		}
+		/* position 0: the first FPDU opens with a marker; its next
+		 * one (number 1) at 512 says 508, and 512 is wrong */
+		for (bad = 1; bad < 3; bad++) {
+			mw = mark_stream(plain, n, 0, stream, crc, bad, 4);
+			kw_rx_init(&rx, &big_ops, NULL, crc, W_PD);
+			kw_rx_set_markers(&rx);
+			feed(&rx, stream, mw, 0);
+			ASSERT_TRUE(kw_rx_failed(&rx));
+			EXPECT_EQ(rx.term.ecode, KW_TERM_LLP_MARKER);
+		}
+		mw = mark_stream(plain, n, 0, stream, crc, -1, 0);
+		EXPECT_EQ(get_unaligned_be16(stream + 512 + 2), 508);
+		EXPECT_EQ(get_unaligned_be16(stream + 2), 0);
+	}
+}

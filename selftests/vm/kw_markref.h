@@ -14,7 +14,8 @@
  * Put markers into an unmarked stream of FPDUs (in, n bytes) as a sender
  * starting at stream position start would, one octet at a time: a marker
  * in front of every octet at a multiple of 512, FPDUPTR back to its
- * FPDU's first octet, the CRC (if crc) recomputed over the marked FPDU.
+ * FPDU's ULPDU Length field (0 for a marker in front of that field, which
+ * leads the FPDU), the CRC (if crc) recomputed over the marked FPDU.
  * Marker number bad (counted from 0; -1: none) gets delta added to its
  * FPDUPTR. Returns the marked length.
  */
@@ -28,12 +29,15 @@ static inline size_t mark_stream(const u8 *in, size_t n, u32 start,
 	while (o < n) {
 		u32 ulpdu = get_unaligned_be16(in + o), i;
 		u32 len = 2 + ulpdu + ((4 - ((ulpdu + 2) & 3)) & 3) + 4;
-		u32 fpdu = pos;
+		u32 hdr = pos;		/* the length field's position */
 		size_t fw = w;
 
 		for (i = 0; i < len; i++) {
 			if (pos % 512 == 0) {
-				u16 ptr = (u16)(pos - fpdu);
+				u16 ptr = i ? (u16)(pos - hdr) : 0;
+
+				if (!i)		/* it leads the FPDU */
+					hdr = pos + 4;
 
 				if (k++ == bad)
 					ptr += delta;
@@ -57,8 +61,8 @@ static inline size_t mark_stream(const u8 *in, size_t n, u32 start,
 /*
  * Check a marked stream from its position 0, octet by octet: every octet
  * at a multiple of 512 in front of an FPDU's octet is a marker, reserved
- * half zero, FPDUPTR back to that FPDU's first octet (its leading marker
- * if it has one); with crc, each FPDU's CRC covers its markers. Counts
+ * half zero, FPDUPTR back to that FPDU's ULPDU Length field (0 for one in
+ * front of it); with crc, each FPDU's CRC covers its markers. Counts
  * the whole FPDUs and markers in *nfpdu and *nmk; returns the bytes those
  * FPDUs take (a partial one at the end is left), or -1 at a bad marker
  * or CRC.
@@ -71,9 +75,10 @@ static inline long walk_marked(const u8 *w, size_t n, bool crc,
 	*nfpdu = *nmk = 0;
 	for (;;) {
 		u32 got = 0, need = 2, mk = 0;
+		size_t hdr;
 		u8 len[2];
 
-		s = i;
+		s = hdr = i;
 		while (got < need) {
 			if (i >= n)
 				return (long)s;
@@ -81,8 +86,11 @@ static inline long walk_marked(const u8 *w, size_t n, bool crc,
 				if (i + 4 > n)
 					return (long)s;
 				if (get_unaligned_be16(w + i) ||
-				    get_unaligned_be16(w + i + 2) != i - s)
+				    get_unaligned_be16(w + i + 2) !=
+				    (i == s ? 0 : i - hdr))
 					return -1;
+				if (i == s)	/* it leads the FPDU */
+					hdr = i + 4;
 				mk++;
 				i += 4;
 				continue;
