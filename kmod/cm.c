@@ -1292,7 +1292,8 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 		goto out_fail;
 	arg->peer.mpa_rev = req->rev;
 	arg->peer.flags = (req->crc ? KIWARP_CONN_CRC : 0) |
-			  (req->p2p ? KIWARP_CONN_P2P : 0);
+			  (req->p2p ? KIWARP_CONN_P2P : 0) |
+			  (req->markers ? KIWARP_CONN_MARKERS_TX : 0);
 	arg->peer.rtr = req->p2p ? rtr_uapi(req->rtr) : KIWARP_RTR_NONE;
 	arg->peer.ird = req->enhanced ? req->ird : 0;
 	arg->peer.ord = req->enhanced ? req->ord : 0;

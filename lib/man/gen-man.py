@@ -294,7 +294,9 @@ section 5) in the FPDUs it sends (M in the Request or Reply); a peer that
 asks for them gets them, and each direction is negotiated on its own. In
 \\fIresult\\fR, \\fBKIWARP_CONN_MARKERS\\fR says the peer's FPDUs carry
 markers and \\fBKIWARP_CONN_MARKERS_TX\\fR that ours do (an FPDU with
-markers is always copied: \\fIcopy_max\\fR does not apply). Upstream siw
+markers is always copied: \\fIcopy_max\\fR does not apply); in the
+request \\fBkw_accept\\fR(3) returns, \\fBKIWARP_CONN_MARKERS_TX\\fR says
+the initiator asks for them. Upstream siw
 cannot send markers: it rejects a Request that asks for them
 (\\-ECONNREFUSED) and fails the connection on such a Reply.
 \\fBkw_query_qp\\fR(3) also reports the IRD and ORD the peer sent

@@ -1731,6 +1731,7 @@ static void markers_connect(int *kwt_fail, struct kend *k, bool raw_wants,
 	EXPECT_FALSE(rep.reject);
 	EXPECT_EQ(rep.markers, kw_wants);
 	ASSERT_EQ(kw_mpa_negotiate_initiator(&cfg, &rep, res), 0);
+	EXPECT_EQ(!!(k->req.param.flags & KIWARP_CONN_MARKERS_TX), raw_wants);
 	EXPECT_EQ(!!(k->res.param.flags & KIWARP_CONN_MARKERS_TX), raw_wants);
 	EXPECT_EQ(!!(k->res.param.flags & KIWARP_CONN_MARKERS), kw_wants);
 	k->raw.crc = res->crc;

@@ -301,7 +301,9 @@ struct kiwarp_create_qp {
  * us; the peer's M asks the same of us, and kiwarp always honours it. In
  * results (events, QUERY_QP), KIWARP_CONN_MARKERS says the peer's FPDUs
  * carry markers, KIWARP_CONN_MARKERS_TX (results only; -EINVAL as input)
- * that ours do. An FPDU with markers is copied into the socket whatever
+ * that ours do; in a responder's view of the Request, MARKERS_TX says the
+ * initiator asks for them (accepting puts them in our FPDUs; reject to
+ * refuse). An FPDU with markers is copied into the socket whatever
  * its size (copy_max does not apply), and its MULPDU leaves room for
  * them. A peer that cannot send markers (upstream siw) rejects a Request
  * with M (the connect fails with ECONNREFUSED) or fails on a Reply with M.
