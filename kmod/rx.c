@@ -576,7 +576,7 @@ static int rx_walk(struct sock *sk, struct sk_buff *skb, u32 seq, u32 len,
  * until all of it is there; its CRC is computed over the skbs in place.
  * Returns the FPDU's length once verified, 0 while it is incomplete,
  * -EBADMSG (bad CRC, or bytes that cannot be read) or -EPROTO (a marker
- * that does not point to the FPDU's start). kw_rx_reserve() sized
+ * whose FPDUPTR is wrong). kw_rx_reserve() sized
  * the receive buffer so that the largest FPDU fits.
  */
 static int rx_verify(struct kw_qp *qp, struct sock *sk, struct sk_buff *skb,
