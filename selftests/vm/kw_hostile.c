@@ -43,6 +43,7 @@ struct kend {
 	struct kw_conn_request req;
 	struct kw_conn_result res;
 	bool crc;
+	bool markers;		/* the raw peer asks for markers (M) */
 	uint32_t ird;
 	int ret;
 };
@@ -104,7 +105,7 @@ static void *kaccept(void *arg)
 static int raw_connect(struct kend *k)
 {
 	struct kw_mpa_cfg cfg = { .rev = 2, .crc = k->crc, .ird = 4,
-				  .ord = 4 };
+				  .ord = 4, .markers = k->markers };
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
 	uint8_t buf[600], hdr[KW_MPA_HDR_LEN];
@@ -879,7 +880,7 @@ static void rv_read(struct kend *k, struct kw_rx *rx, struct rv_sink *s,
 	}
 }
 
-static void rv_attack(int *kwt_fail)
+static void rv_attack(int *kwt_fail, bool markers)
 {
 	static struct kend k;
 	static struct rv_sink s;
@@ -895,6 +896,7 @@ static void rv_attack(int *kwt_fail)
 	memset(&s, 0, sizeof(s));
 	k.ird = RV_READS;
 	ASSERT_EQ(kend_init(&k), 0);
+	k.markers = markers;
 	ASSERT_EQ(raw_connect(&k), 0);
 	buf = mmap(NULL, RV_MR, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -957,6 +959,8 @@ static void rv_attack(int *kwt_fail)
 		buf[j] = rv_new(j);
 	/* now the peer reads everything kiwarp sends */
 	kw_rx_init(&rx, &rv_ops, &s, k.crc, 0);
+	if (markers)	/* the Terminate too: framed where the stream is */
+		kw_rx_set_markers(&rx);
 	rv_read(&k, &rx, &s, UINT64_MAX, 30);
 	printf("# peer got %llu of %u bytes: %llu old, %llu new, %llu other; Terminate %d (%u/%u/%u)\n",
 	       (unsigned long long)s.placed, RV_MR,
@@ -989,7 +993,7 @@ static void rv_attack(int *kwt_fail)
  * sees the new contents (RFC 5042 revocation). Runs in a child with a time
  * limit, so that a dereg that never returns fails the case.
  */
-TEST(dereg_revokes_queued_read_responses)
+static void rv_attack_as_nobody(int *kwt_fail, bool markers)
 {
 	double end = now() + 60;
 	int st = 0;
@@ -1003,7 +1007,7 @@ TEST(dereg_revokes_queued_read_responses)
 		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
 		    setresuid(65534, 65534, 65534))
 			_exit(2);
-		rv_attack(&fail);
+		rv_attack(&fail, markers);
 		fflush(stdout);
 		_exit(fail);
 	}
@@ -1018,6 +1022,21 @@ TEST(dereg_revokes_queued_read_responses)
 		usleep(10000);
 	}
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+TEST(dereg_revokes_queued_read_responses)
+{
+	rv_attack_as_nobody(kwt_fail, false);
+}
+
+/*
+ * The same with markers in kiwarp's FPDUs: the batch that could not be
+ * built gives its stream position back, so the Terminate that follows is
+ * framed (its markers) where the peer's parser expects it.
+ */
+TEST(dereg_revokes_queued_read_responses_markers)
+{
+	rv_attack_as_nobody(kwt_fail, true);
 }
 
 /* ============================================ zero copy, completion on ACK */
