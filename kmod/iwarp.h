@@ -236,8 +236,9 @@ static inline u32 kw_mpa_fpdu_len(u32 ulpdu_len)
 	return 2 + ulpdu_len + kw_mpa_pad(ulpdu_len) + 4;
 }
 
-/* The longest FPDU there is (a 16-bit ULPDU length). */
-#define KW_MPA_FPDU_MAX	(2 + 65535 + 1 + 4)
+/* The longest FPDU there is: a 16-bit ULPDU length of 65535, whose pad
+ * is 3 (kw_mpa_pad()), without markers. */
+#define KW_MPA_FPDU_MAX	(2 + 65535 + 3 + 4)
 
 /*
  * FPDU CRC: crc = kw_mpa_crc_init(); crc = kw_mpa_crc_update(crc, ...) over

@@ -413,6 +413,17 @@ TEST(mulpdu_markers)
 }
 
 /* kw_mpa_wire_len() against markers counted one octet at a time */
+/* KW_MPA_FPDU_MAX is what kw_mpa_fpdu_len() gives for the largest ULPDU */
+TEST(fpdu_max)
+{
+	u32 l, max = 0;
+
+	for (l = 0; l <= 0xffff; l++)
+		if (kw_mpa_fpdu_len(l) > max)
+			max = kw_mpa_fpdu_len(l);
+	EXPECT_EQ(max, KW_MPA_FPDU_MAX);
+}
+
 TEST(wire_len_counts_markers)
 {
 	u32 pos, len;
