@@ -914,8 +914,11 @@ static bool tx_coalesce(struct kw_qp *qp)
 	    !qp->term_pending) {
 		const struct kw_wr *wr =
 			&qp->sq_wr[qp->sq_tx & (qp->sq.entries - 1)];
+		u32 wire = KW_TX_SMALL_WIRE(wr->len);
 
-		ok = held + KW_TX_SMALL_WIRE(wr->len) <= mss;
+		if (qp->mpa.markers_tx)	/* and its markers, at most */
+			wire += KW_MPA_MARKERS_MAX(wire);
+		ok = held + wire <= mss;
 	}
 	spin_unlock_bh(&qp->lock);
 	return ok;
