@@ -1116,16 +1116,14 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		wr->byte_len = wr->len;
 		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
 			      kw_tx_msg_wire_len(&qp->tx_msg);
-		if (qp->mpa.markers_tx)	/* and its markers (tx_mpos: ours) */
-			wr->end_seq += kw_mpa_wire_len(qp->tx_mpos,
-					kw_tx_msg_wire_len(&qp->tx_msg)) -
-				       kw_tx_msg_wire_len(&qp->tx_msg);
 		/*
 		 * Up to copy_max bytes are copied into the socket and the WR
 		 * completes as soon as TCP has them (tx_finish()); larger
 		 * ones go by page reference and complete once TCP saw them
 		 * acknowledged and no skb holds the pages (tx_zc, above),
 		 * unless the stack copies them anyway (kw_tx_path_copies()).
+		 * With markers every WR is copied, so end_seq (used only
+		 * for WRs awaiting their ACK) leaves markers out.
 		 */
 		qp->tx_copy = wr->len <= qp->copy_max || qp->mpa.markers_tx ||
 			      (qp->copy_adapt && kw_tx_path_copies(qp));
