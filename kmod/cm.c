@@ -433,8 +433,9 @@ static void cfg_from_param(const struct kiwarp_conn_param *p,
 	cfg->markers = p->flags & KIWARP_CONN_MARKERS;
 }
 
-static void result_to_param(const struct kw_mpa_result *r,
-			    struct kiwarp_conn_param *p)
+/* What a connection negotiated, as results and QUERY_QP report it. */
+void kw_cm_result_param(const struct kw_mpa_result *r,
+			struct kiwarp_conn_param *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->mpa_rev = r->rev;
@@ -1134,7 +1135,7 @@ int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg)
 			cm_send_llp_term(qp, &res);
 		goto out_fail;
 	}
-	result_to_param(&res, &arg->result);
+	kw_cm_result_param(&res, &arg->result);
 	ret = go_rts(qp, &res, true);
 	if (ret)
 		goto out_fail;
@@ -1377,7 +1378,7 @@ int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg)
 		cm_reject(qp);
 		goto out_unlock;
 	}
-	result_to_param(&res, &arg->result);
+	kw_cm_result_param(&res, &arg->result);
 	ret = go_rts(qp, &res, false);
 	if (ret)
 		goto out_fail;
@@ -1480,7 +1481,7 @@ int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
 	/* ulp_pd points into peer_pd: move it to the front */
 	memmove(kp->peer_pd, rep.ulp_pd, rep.ulp_pd_len);
 	kp->peer_pd_len = rep.ulp_pd_len;
-	result_to_param(&res, &kp->result);
+	kw_cm_result_param(&res, &kp->result);
 	ret = go_rts(qp, &res, true);
 	if (ret)
 		goto out_fail;
@@ -1547,7 +1548,7 @@ int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
 	}
 	if (ret)
 		goto out_fail;
-	result_to_param(&res, &kp->result);
+	kw_cm_result_param(&res, &kp->result);
 	ret = go_rts(qp, &res, false);
 	if (ret)
 		goto out_fail;

@@ -292,6 +292,8 @@ int kw_qp_mmap(struct kw_ctx *ctx, u32 handle, enum kw_mmap_kind kind,
 	       struct vm_area_struct *vma);
 void kw_qp_destroy_all(struct kw_ctx *ctx);
 int kw_cm_connect(struct kw_ctx *ctx, struct kiwarp_connect *arg);
+void kw_cm_result_param(const struct kw_mpa_result *r,
+			struct kiwarp_conn_param *p);
 int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg);
 int kw_cm_accept_reply(struct kw_ctx *ctx, struct kiwarp_accept_reply *arg);
 int kw_cm_listen(struct kw_ctx *ctx, struct kiwarp_listen *arg);

@@ -1051,17 +1051,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->qp = handle;
 	spin_lock_bh(&qp->lock);
 	arg->state = qp->state;
-	arg->param.mpa_rev = qp->mpa.rev;
-	arg->param.flags = (qp->mpa.crc ? KIWARP_CONN_CRC : 0) |
-			   (qp->mpa.p2p ? KIWARP_CONN_P2P : 0) |
-			   (qp->mpa.markers_rx ? KIWARP_CONN_MARKERS : 0) |
-			   (qp->mpa.markers_tx ? KIWARP_CONN_MARKERS_TX : 0);
-	arg->param.rtr = qp->mpa.rtr == KW_RTR_SEND ? KIWARP_RTR_SEND :
-			 qp->mpa.rtr == KW_RTR_WRITE ? KIWARP_RTR_WRITE :
-			 qp->mpa.rtr == KW_RTR_READ ? KIWARP_RTR_READ :
-			 KIWARP_RTR_NONE;
-	arg->param.ird = qp->mpa.ird;
-	arg->param.ord = qp->mpa.ord;
+	kw_cm_result_param(&qp->mpa, &arg->param);
 	arg->term_sent = qp->term_sent;
 	arg->term_rcvd = qp->term_rcvd;
 	arg->peer_ird = qp->mpa.peer_ird;
