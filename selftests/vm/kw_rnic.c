@@ -157,6 +157,24 @@ static int raw_request(struct kend *k, void *(*kiwarp)(void *),
 	return ret;
 }
 
+/*
+ * Read what kiwarp sends (CRC as crc) into s until its Terminate, which
+ * must come and carry layer/etype/ecode.
+ */
+static void raw_expect_term(int *kwt_fail, struct kend *k, struct rp_sink *s,
+			    bool crc, int layer, int etype, int ecode)
+{
+	struct kw_rx rx;
+
+	memset(s, 0, sizeof(*s));
+	kw_rx_init(&rx, &rp_sink_ops, s, crc, 0);
+	rp_read(&k->raw, &rx, s, 10, NULL);
+	ASSERT_TRUE(s->got_term);
+	EXPECT_EQ(s->term.layer, layer);
+	EXPECT_EQ(s->term.etype, etype);
+	EXPECT_EQ(s->term.ecode, ecode);
+}
+
 /* Until one more message than *arg has arrived */
 static unsigned int want_msgs;
 static bool got_msgs(const struct rp_sink *s)
@@ -901,7 +919,6 @@ TEST(p2p_first_fpdu_not_the_rtr)
 	struct kw_mpa_result res;
 	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 4 };
 	uint8_t pd[KW_MPA_MAX_PD];
-	struct kw_rx rx;
 
 	ASSERT_EQ(kend_init(&k), 0);
 	k.param = (struct kw_conn_param){ .mpa_rev = 2 };
@@ -914,13 +931,9 @@ TEST(p2p_first_fpdu_not_the_rtr)
 	m.stag = k.mr->stag;
 	m.to = (uintptr_t)k.buf;
 	ASSERT_EQ(rp_send(&k.raw, &m, (const uint8_t *)"data", 0), 0);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
-	rp_read(&k.raw, &rx, &s, 10, NULL);
+	raw_expect_term(kwt_fail, &k, &s, res.crc, KW_TERM_LAYER_LLP,
+			KW_TERM_LLP_ETYPE_MPA, KW_TERM_LLP_NO_MATCHING_RTR);
 	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
-	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
-	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_NO_MATCHING_RTR);
 	kend_fini(&k);
 }
 
@@ -1032,7 +1045,6 @@ TEST(crc_corrupted_header_places_nothing)
 	static struct kend k;
 	static struct rp_sink s;
 	static uint8_t w[4000], out[8192];
-	struct kw_rx rx;
 	size_t n;
 
 	ASSERT_EQ(kend_init(&k), 0);
@@ -1049,13 +1061,9 @@ TEST(crc_corrupted_header_places_nothing)
 	usleep(300 * 1000);
 	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
 	ASSERT_EQ(writen(k.raw.fd, out + 2 + 14 + 1000, n - 2 - 14 - 1000), 0);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, true, 0);
-	rp_read(&k.raw, &rx, &s, 10, NULL);
+	raw_expect_term(kwt_fail, &k, &s, true, KW_TERM_LAYER_LLP,
+			KW_TERM_LLP_ETYPE_MPA, KW_TERM_LLP_CRC);
 	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
-	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
-	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_CRC);
 	EXPECT_FALSE(s.term.has_ddp_hdr);
 	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
 out:
@@ -1075,7 +1083,6 @@ TEST(crc_fpdu_shorter_than_ddp_header)
 	static struct rp_sink s;
 	static uint8_t w[100], out[512];
 	uint8_t tiny[8] = { 0, 0, 0x41, 0x43 };
-	struct kw_rx rx;
 	size_t n;
 	uint32_t crc;
 
@@ -1091,13 +1098,9 @@ TEST(crc_fpdu_shorter_than_ddp_header)
 	n = write_fpdu(&k, w, sizeof(w), 0, out + sizeof(tiny));
 	ASSERT_GT(n, 0);
 	ASSERT_EQ(writen(k.raw.fd, out, sizeof(tiny) + n), 0);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, true, 0);
-	rp_read(&k.raw, &rx, &s, 10, NULL);
+	raw_expect_term(kwt_fail, &k, &s, true, KW_TERM_LAYER_DDP,
+			0, 0);
 	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(s.term.etype, 0);
-	EXPECT_EQ(s.term.ecode, 0);
 	EXPECT_TRUE(all_bytes(k.buf, 0xaa, KBUF));
 out:
 	kend_fini(&k);
@@ -1148,7 +1151,6 @@ static void revoke_mid_fpdu(int *kwt_fail, bool dereg)
 	struct kw_send_wr li = { .wr_id = 7, .opcode = KIWARP_WR_LOCAL_INV,
 				 .flags = KW_SEND_SIGNALED };
 	struct kiwarp_cqe cqe;
-	struct kw_rx rx;
 	size_t n, first = 2 + 14 + 1000;
 
 	ASSERT_EQ(kend_init(&k), 0);
@@ -1175,13 +1177,9 @@ static void revoke_mid_fpdu(int *kwt_fail, bool dereg)
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
 	}
 	ASSERT_EQ(writen(k.raw.fd, out + first, n - first), 0);
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, false, 0);
-	rp_read(&k.raw, &rx, &s, 10, NULL);
+	raw_expect_term(kwt_fail, &k, &s, false, KW_TERM_LAYER_DDP,
+			KW_TERM_DDP_ETYPE_TAGGED, KW_TERM_DDP_T_INV_STAG);
 	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_DDP);
-	EXPECT_EQ(s.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
-	EXPECT_EQ(s.term.ecode, KW_TERM_DDP_T_INV_STAG);
 	EXPECT_TRUE(all_bytes(k.buf + 1000, 0xaa, KBUF - 1000));
 out:
 	kend_fini(&k);
@@ -1822,7 +1820,6 @@ TEST(markers_from_the_peer_checked_before_placement)
 	struct kw_mpa_result res;
 	uint8_t *e;
 	size_t n, mw, pos;
-	struct kw_rx rx;
 	unsigned int i;
 
 	for (i = 0; i < sizeof(pl); i++)
@@ -1856,13 +1853,9 @@ TEST(markers_from_the_peer_checked_before_placement)
 	mw = mark_stream(plain, n, pos, w, res.crc, 1, 4);
 	ASSERT_EQ(writen(k.raw.fd, w, mw), 0);
 
-	memset(&s, 0, sizeof(s));
-	kw_rx_init(&rx, &rp_sink_ops, &s, res.crc, 0);
-	rp_read(&k.raw, &rx, &s, 10, NULL);
+	raw_expect_term(kwt_fail, &k, &s, res.crc, KW_TERM_LAYER_LLP,
+			KW_TERM_LLP_ETYPE_MPA, KW_TERM_LLP_MARKER);
 	ASSERT_TRUE(s.got_term);
-	EXPECT_EQ(s.term.layer, KW_TERM_LAYER_LLP);
-	EXPECT_EQ(s.term.etype, KW_TERM_LLP_ETYPE_MPA);
-	EXPECT_EQ(s.term.ecode, KW_TERM_LLP_MARKER);
 	EXPECT_EQ(memcmp(k.buf, pl, 3000), 0);
 	EXPECT_EQ(memcmp(k.buf + 5000, pl + 3000, 700), 0);
 	for (i = 0; i < 1500; i++)
