@@ -643,6 +643,7 @@ void kw_cm_release_sock(struct kw_qp *qp)
 	if (!sock)
 		return;
 	kw_cm_uninstall(qp);
+	kw_rx_ooo_detach(qp, sock->sk);
 	/*
 	 * TCP still has unacknowledged data of WRs sent by reference: their
 	 * pages go back to the application (or are unpinned) now, so that
@@ -1018,6 +1019,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	 * came before our callbacks did: TCP told the old sk_state_change.
 	 */
 	lock_sock(sk);
+	kw_rx_ooo_attach(qp, sk);
 	kw_rx_data_ready(sk);
 	if (sk->sk_state != TCP_ESTABLISHED)
 		kw_state_change(sk);

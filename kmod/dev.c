@@ -78,7 +78,8 @@ static int dev_query(struct kiwarp_query *q)
 	/* Output only; the dispatcher zeroed every field, reserved ones too. */
 	q->abi_version = KIWARP_ABI_VERSION;
 	q->page_size = PAGE_SIZE;
-	q->features = KW_FEATURES;
+	q->features = KW_FEATURES |
+		      (kw_tcp_hooks() ? KIWARP_FEAT_TCP_HOOKS : 0);
 	q->max_mr_size = KW_MAX_MR_SIZE;
 	q->max_qp = KW_MAX_QP;
 	q->max_cq = KW_MAX_CQ;

@@ -302,6 +302,12 @@ void kw_cm_listen_destroy_all(struct kw_ctx *ctx);
 int kw_qp_init(void);
 void kw_qp_exit(void);
 
+/* ---- rx.c: the patched kernel's TCP hook (patches/), looked up at load;
+ * the module parameter tcp_hooks=0 leaves it unused */
+void kw_tcp_hooks_init(void);
+void kw_tcp_hooks_exit(void);
+bool kw_tcp_hooks(void);
+
 /* ---- ucount.c: per-user counts with a limit */
 struct kw_ucount {
 	struct mutex lock;

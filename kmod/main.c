@@ -4,6 +4,7 @@
  *
  * Module init/exit. Subsystems come up in dependency order and go down in
  * reverse:
+ *   kw_tcp_hooks_init  the patched kernel's TCP hook, if it has one
  *   kw_mem_init   STag table, PD ids, the MR release workqueue
  *   kw_qp_init    QP/CM infrastructure (workqueues, ...)
  *   kw_dev_init   /dev/kiwarp: from here on user space can create objects
@@ -30,9 +31,10 @@ static int __init kw_init(void)
 {
 	int ret;
 
+	kw_tcp_hooks_init();
 	ret = kw_mem_init();
 	if (ret)
-		return ret;
+		goto err_hooks;
 
 	ret = kw_qp_init();
 	if (ret)
@@ -56,6 +58,8 @@ err_qp_exit:
 	kw_qp_exit();
 err_mem_exit:
 	kw_mem_exit();
+err_hooks:
+	kw_tcp_hooks_exit();
 	return ret;
 }
 
@@ -65,6 +69,7 @@ static void __exit kw_exit(void)
 	kw_dev_exit();
 	kw_qp_exit();
 	kw_mem_exit();
+	kw_tcp_hooks_exit();
 }
 
 module_init(kw_init);

@@ -1042,7 +1042,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	u32 handle = arg->qp;
 
 	if (arg->copy_max || arg->peer_ird || arg->peer_ord ||
-	    arg->flags || arg->reserved)
+	    arg->flags || arg->ooo_bytes)
 		return -EINVAL;
 	qp = kw_qp_get(ctx, handle);
 	if (!qp)
@@ -1062,6 +1062,9 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 		arg->flags |= KIWARP_QPQ_TX_COPIED;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;
+	if (qp->ooo)
+		arg->flags |= KIWARP_QPQ_OOO;
+	arg->ooo_bytes = qp->ooo_bytes;
 	spin_unlock_bh(&qp->lock);
 	kw_qp_put(qp);
 	return 0;

@@ -172,6 +172,14 @@ struct kw_qp {
 					 * CRC rx_verify() checked in the skbs */
 	u32 rx_rq_idx;
 	u32 rx_buf_msn;
+	u32 rx_crc_wire;		/* CRC on: the CRC field of that FPDU */
+	/*
+	 * Out-of-order placement (rx.c), with the patched kernel's hook and
+	 * markers on the peer's FPDUs; NULL otherwise. Set at RTS before the
+	 * hook is attached, freed by kw_rx_release() after it was detached;
+	 * in between only the receive path (socket lock) touches it.
+	 */
+	struct kw_ooo *ooo;
 
 	/* transmit path (under tx_mutex) */
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
@@ -236,8 +244,9 @@ struct kw_qp {
 					 * by-reference data or the
 					 * Terminate in TCP: reset (qp.c) */
 
-	/* statistics */
+	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;
+	u64 ooo_bytes;		/* placed out of order, not in rx_bytes */
 };
 
 enum { KW_TXF_WAIT_SPACE };	/* tx_flags bits */
@@ -315,6 +324,8 @@ void kw_rx_setup(struct kw_qp *qp);
 void kw_rx_reserve(struct sock *sk);
 u32 kw_qp_mulpdu(struct kw_qp *qp);
 void kw_rx_release(struct kw_qp *qp);
+void kw_rx_ooo_attach(struct kw_qp *qp, struct sock *sk);
+void kw_rx_ooo_detach(struct kw_qp *qp, struct sock *sk);
 
 /* tx.c */
 void kw_tx_work(struct work_struct *w);

@@ -8,6 +8,7 @@
  * receive buffers, and to copy payload straight from the skb into the
  * pinned destination pages. There is no intermediate buffer.
  */
+#include <linux/module.h>
 #include <linux/skbuff.h>
 #include <net/tcp.h>
 
@@ -28,12 +29,15 @@ static void rx_mr_release(struct kw_qp *qp)
 
 /* ------------------------------------------------------ parser callbacks */
 
-static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
-			  struct kw_mr_view *v)
+/*
+ * The tagged sink of a Write or Read Response: a reference on the MR goes
+ * to *holder (released by the caller), *delta is the view's base within
+ * it, and v->cookie = holder for the place callback.
+ */
+static int rx_lookup(struct kw_qp *qp, u32 stag, u8 opcode,
+		     struct kw_mr_view *v, struct kw_mr **holder, u64 *delta)
 {
-	struct kw_qp *qp = ctx;
 	struct kw_mr *mr;
-
 	struct kw_orq o = { 0 };
 
 	if (opcode == KW_OP_READ_RESP) {
@@ -48,14 +52,16 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 		if (!match || o.sink_stag != stag)
 			return -ENOENT;
 	}
-	rx_mr_release(qp);
+	if (*holder)
+		kw_mr_put(*holder);
+	*holder = NULL;
 	mr = kw_mr_get(stag);
 	if (!mr)
 		return -ENOENT;
-	qp->rx_mr = mr;
-	qp->rx_delta = 0;
+	*holder = mr;
+	*delta = 0;
 	kw_mr_view(mr, v);
-	v->cookie = &qp->rx_mr;	/* rx_place: tagged, offset + rx_delta */
+	v->cookie = holder;	/* the place callback: tagged, offset + delta */
 	if (opcode == KW_OP_READ_RESP) {
 		/*
 		 * The Read Response writes our local sink (local write right
@@ -71,9 +77,17 @@ static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
 			return -ENOENT;
 		v->base = o.sink_to;
 		v->len = o.len;
-		qp->rx_delta = o.sink_to - mr->addr;
+		*delta = o.sink_to - mr->addr;
 	}
 	return 0;
+}
+
+static int rx_lookup_stag(void *ctx, u32 stag, u8 opcode,
+			  struct kw_mr_view *v)
+{
+	struct kw_qp *qp = ctx;
+
+	return rx_lookup(qp, stag, opcode, v, &qp->rx_mr, &qp->rx_delta);
 }
 
 /* The empty buffer that absorbs a zero-length Send used as RTR. */
@@ -137,6 +151,96 @@ none:
 	return -ENOENT;
 }
 
+/* ------------------------------------------- out-of-order placement */
+
+/*
+ * With the patched kernel's hook (patches/, tcp_set_ofo_hook()), TCP shows
+ * us each segment it queues out of order. When the peer's FPDUs carry
+ * markers (RFC 5044 section 5) the FPDUs in such a segment can be found,
+ * and a tagged one (RDMA Write, Read Response) is placed at once, with every
+ * check the in-order path makes, by a parser of its own (qp->ooo->rx). A
+ * record of it stays until the in-order parser reaches the same FPDU,
+ * which then runs all its checks and bookkeeping again but copies nothing
+ * (rx_ooo_placed()): each byte is placed once, and completions come in
+ * order as before. Architecture.md, "Out-of-order placement".
+ *
+ * Everything here runs under the socket lock (the hook, and the in-order
+ * receive path), which serializes it; qp->lock guards the placement
+ * against a flush as in rx_place().
+ */
+#define KW_OOO_RECS		64	/* FPDUs placed ahead, per QP */
+#define KW_OOO_MIN_ULPDU	128	/* smaller ones wait for their turn */
+
+struct kw_ooo_rec {
+	u32 pos;		/* stream position of the ULPDU Length field */
+	u32 stag;
+	u64 to;
+	u32 crc;		/* the CRC field, when CRC is on */
+	u16 ulpdu_len;
+};
+
+struct kw_ooo {
+	u32 seq0;		/* TCP sequence number of stream position 0 */
+	u32 n;
+	struct kw_ooo_rec rec[KW_OOO_RECS];
+	/* the FPDU at hand */
+	struct kw_rx rx;
+	struct kw_mr *mr;	/* its sink, our reference */
+	u64 delta;
+	u32 placed;
+	bool ok;		/* a tagged segment completed */
+	bool refused;		/* a placement was refused */
+};
+
+/* The position the in-order parser has reached: its open FPDU's. */
+static u32 rx_ooo_cur(const struct kw_rx *rx)
+{
+	return kw_rx_at_fpdu(rx) ? rx->mpos : rx->fpdu_pos;
+}
+
+/* Forget the records of FPDUs the in-order parser has passed. */
+static void rx_ooo_prune(struct kw_qp *qp)
+{
+	struct kw_ooo *o = qp->ooo;
+	u32 cur = rx_ooo_cur(&qp->rx), i = 0;
+
+	while (i < o->n) {
+		if ((s32)(o->rec[i].pos - cur) < 0)
+			o->rec[i] = o->rec[--o->n];
+		else
+			i++;
+	}
+}
+
+static struct kw_ooo_rec *rx_ooo_find(struct kw_ooo *o, u32 pos)
+{
+	u32 i;
+
+	for (i = 0; i < o->n; i++)
+		if (o->rec[i].pos == pos)
+			return &o->rec[i];
+	return NULL;
+}
+
+/*
+ * Was the in-order parser's current FPDU placed ahead? Only if the record
+ * says the same header (and CRC): TCP delivers the bytes it queued, but a
+ * segment it dropped and got again may differ; then it is placed again.
+ */
+static bool rx_ooo_placed(struct kw_qp *qp)
+{
+	const struct kw_rx *rx = &qp->rx;
+	const struct kw_ooo_rec *r;
+
+	if (!qp->ooo->n)
+		return false;
+	rx_ooo_prune(qp);
+	r = rx_ooo_find(qp->ooo, rx->fpdu_pos);
+	return r && r->stag == rx->h.stag && r->to == rx->h.to &&
+	       r->ulpdu_len == rx->ulpdu_len &&
+	       (!rx->crc || r->crc == qp->rx_crc_wire);
+}
+
 /*
  * Copy payload into its destination. Placement and flush/revocation are
  * ordered: under qp->lock, nothing is placed once the QP left RTS/CLOSING
@@ -152,6 +256,9 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 	bool tagged = cookie == &qp->rx_mr;
 	struct kw_mr *mr = tagged ? qp->rx_mr : cookie;
 
+	/* placed already, out of order (the hook saw it first) */
+	if (tagged && unlikely(qp->ooo) && rx_ooo_placed(qp))
+		return;
 	spin_lock_bh(&qp->lock);
 	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
 	    (!tagged && !qp->rx_buf_valid)) {
@@ -454,8 +561,8 @@ static const struct kw_rx_ops kw_rx_ops = {
 
 /* ------------------------------------------------------------ TCP glue */
 
-/* Hand the parser the bytes [offset, offset + len) of skb. */
-static u32 rx_feed(struct kw_qp *qp, struct sk_buff *skb, u32 offset,
+/* Hand parser rx the bytes [offset, offset + len) of skb. */
+static u32 rx_feed(struct kw_rx *rx, struct sk_buff *skb, u32 offset,
 		   u32 len)
 {
 	struct skb_seq_state st;
@@ -467,8 +574,8 @@ static u32 rx_feed(struct kw_qp *qp, struct sk_buff *skb, u32 offset,
 	       (n = skb_seq_read(consumed, &data, &st)) != 0) {
 		/* a chunk may run past offset + len */
 		n = min(n, len - consumed);
-		n = kw_rx_input(&qp->rx, data, n) == n ? n : 0;
-		if (!n || kw_rx_failed(&qp->rx))
+		n = kw_rx_input(rx, data, n) == n ? n : 0;
+		if (!n || kw_rx_failed(rx))
 			break;
 		consumed += n;
 	}
@@ -479,6 +586,7 @@ static u32 rx_feed(struct kw_qp *qp, struct sk_buff *skb, u32 offset,
 struct rx_crc {
 	u32 pos, crc_len, crc;
 	u8 wire[4];
+	bool no_crc;	/* markers only */
 	/* markers: the FPDU's first byte's stream position, a marker's
 	 * bytes as they come, and whether one was wrong */
 	bool markers, mk_bad;
@@ -522,7 +630,8 @@ static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
 
 	if (c->markers)
 		rx_crc_markers(c, p, n);
-	c->crc = kw_mpa_crc_update(c->crc, p, k);
+	if (!c->no_crc)
+		c->crc = kw_mpa_crc_update(c->crc, p, k);
 	if (k < n)
 		memcpy(c->wire + c->pos + k - c->crc_len, p + k, n - k);
 	c->pos += n;
@@ -536,25 +645,33 @@ static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
  * tcp_recv_skb() does. Caller holds the socket, so the queue cannot
  * change.
  */
+/* Run [off, off + len) of skb through c; false if it cannot be read. */
+static bool rx_skb_crc(struct sk_buff *skb, u32 off, u32 len,
+		       struct rx_crc *c)
+{
+	struct skb_seq_state st;
+	const u8 *data;
+	u32 got = 0, n;
+
+	skb_prepare_seq_read(skb, off, off + len, &st);
+	while (got < len && (n = skb_seq_read(got, &data, &st))) {
+		n = min(n, len - got);
+		rx_crc_chunk(c, data, n);
+		got += n;
+	}
+	skb_abort_seq_read(&st);
+	return got == len;
+}
+
 static int rx_walk(struct sock *sk, struct sk_buff *skb, u32 seq, u32 len,
 		   struct rx_crc *c)
 {
 	for (;;) {
-		u32 off = seq - TCP_SKB_CB(skb)->seq, take, got = 0, n;
-		struct skb_seq_state st;
-		const u8 *data;
+		u32 off = seq - TCP_SKB_CB(skb)->seq, take;
 
 		if (off < skb->len) {
 			take = min(skb->len - off, len);
-			skb_prepare_seq_read(skb, off, off + take, &st);
-			while (got < take &&
-			       (n = skb_seq_read(got, &data, &st))) {
-				n = min(n, take - got);
-				rx_crc_chunk(c, data, n);
-				got += n;
-			}
-			skb_abort_seq_read(&st);
-			if (got < take)
+			if (!rx_skb_crc(skb, off, take, c))
 				return -EIO;
 			len -= take;
 			seq += take;
@@ -615,7 +732,185 @@ static int rx_verify(struct kw_qp *qp, struct sock *sk, struct sk_buff *skb,
 		return ret ? -EBADMSG : 0;
 	if (!kw_mpa_crc_check(c.crc, c.wire))
 		return -EBADMSG;
+	qp->rx_crc_wire = get_unaligned_be32(c.wire);
 	return c.mk_bad ? -EPROTO : total;
+}
+
+/* -------------------------------------- out-of-order placement: parse */
+
+static void ooo_mr_release(struct kw_ooo *o)
+{
+	if (o->mr)
+		kw_mr_put(o->mr);
+	o->mr = NULL;
+}
+
+/* Only Writes and the oldest Read's Response, checked as in order. */
+static int ooo_lookup_stag(void *ctx, u32 stag, u8 opcode,
+			   struct kw_mr_view *v)
+{
+	struct kw_qp *qp = ctx;
+
+	if (opcode != KW_OP_WRITE && opcode != KW_OP_READ_RESP)
+		return -ENOENT;
+	return rx_lookup(qp, stag, opcode, v, &qp->ooo->mr, &qp->ooo->delta);
+}
+
+/* Untagged messages are never placed out of order (RFC 5041 section 5:
+ * their buffers are consumed in order). */
+static int ooo_get_rx_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
+{
+	return -ENOENT;
+}
+
+static void ooo_place(void *ctx, void *cookie, u64 off, const void *src,
+		      u32 len)
+{
+	struct kw_qp *qp = ctx;
+	struct kw_ooo *o = qp->ooo;
+
+	spin_lock_bh(&qp->lock);
+	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
+	    !kw_mr_access_begin(o->mr)) {
+		o->refused = true;
+		spin_unlock_bh(&qp->lock);
+		return;
+	}
+	kw_mr_copy_to(o->mr, off + o->delta, src, len);
+	kw_mr_access_end(o->mr);
+	o->placed += len;
+	spin_unlock_bh(&qp->lock);
+}
+
+static int ooo_segment_done(void *ctx, const struct kw_ddp_hdr *h,
+			    const u8 *payload, u32 placed, struct kw_term *t)
+{
+	struct kw_qp *qp = ctx;
+
+	if (!h->tagged || (h->opcode != KW_OP_WRITE &&
+			   h->opcode != KW_OP_READ_RESP)) {
+		/* the in-order parser will have its own verdict on it */
+		term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+		     KW_TERM_RDMAP_UNEXP_OPCODE);
+		return -EPROTO;
+	}
+	qp->ooo->ok = true;
+	return 0;
+}
+
+static const struct kw_rx_ops kw_ooo_ops = {
+	.lookup_stag = ooo_lookup_stag,
+	.get_rx_buf = ooo_get_rx_buf,
+	.place = ooo_place,
+	.segment_done = ooo_segment_done,
+};
+
+/*
+ * The whole FPDU at [off, off + wl) of skb starts at stream position s.
+ * Validate it completely before a byte is written: its markers (and CRC),
+ * then the header by the parser, which checks the STag, PD, access and
+ * bounds before it places anything. Returns false if it was not placed
+ * (the in-order parser will judge it), true if it was or needs not be.
+ */
+static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
+			u32 s, u32 wl, u32 lpos, u16 ulen)
+{
+	struct kw_ooo *o = qp->ooo;
+	struct rx_crc c = { .crc_len = wl - 4, .crc = kw_mpa_crc_init(),
+			    .no_crc = !qp->rx.crc, .markers = true,
+			    .start = s };
+	struct kw_ooo_rec *r;
+	bool ok;
+
+	if (rx_ooo_find(o, lpos))
+		return true;	/* a copy of a segment it came in before */
+	if (ulen < KW_OOO_MIN_ULPDU)
+		return true;
+	if (!rx_skb_crc(skb, off, wl, &c) || c.mk_bad ||
+	    (qp->rx.crc && !kw_mpa_crc_check(c.crc, c.wire)))
+		return false;
+
+	kw_rx_init(&o->rx, &kw_ooo_ops, qp, qp->rx.crc, qp->pd_id);
+	kw_rx_set_markers(&o->rx);
+	o->rx.mpos = s;
+	kw_rx_verified(&o->rx);		/* CRC (if on) checked above */
+	o->placed = 0;
+	o->ok = o->refused = false;
+	ok = rx_feed(&o->rx, skb, off, wl) == wl && !kw_rx_failed(&o->rx) &&
+	     o->rx.fpdus == 1 && o->ok && !o->refused &&
+	     o->rx.fpdu_pos == lpos;
+	ooo_mr_release(o);
+	if (!ok)
+		return false;
+	r = &o->rec[o->n++];
+	*r = (struct kw_ooo_rec){
+		.pos = lpos, .stag = o->rx.h.stag, .to = o->rx.h.to,
+		.crc = get_unaligned_be32(c.wire), .ulpdu_len = ulen,
+	};
+	spin_lock_bh(&qp->lock);
+	qp->ooo_bytes += o->placed;
+	spin_unlock_bh(&qp->lock);
+	return true;
+}
+
+/*
+ * A segment TCP queued out of order: find its first FPDU by a marker
+ * (its FPDUPTR points at the ULPDU Length field, 0 if the marker leads
+ * the FPDU), then take the FPDUs that follow it one by one while they lie
+ * wholly in the segment.
+ */
+static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
+{
+	struct kw_ooo *o = qp->ooo;
+	u32 pos = TCP_SKB_CB(skb)->seq - o->seq0, len = skb->len;
+	u32 m = ALIGN(pos, KW_MPA_MARKER_SPACING), s, off;
+	u8 b[KW_MPA_MARKER_LEN];
+
+	rx_ooo_prune(qp);
+	for (;; m += KW_MPA_MARKER_SPACING) {
+		u32 ptr;
+
+		off = m - pos;
+		if (off > len || len - off < KW_MPA_MARKER_LEN ||
+		    skb_copy_bits(skb, off, b, KW_MPA_MARKER_LEN))
+			return;
+		ptr = get_unaligned_be16(b + 2) & ~3U;
+		s = m - ptr;
+		/* a marker just in front of the length field leads it */
+		if (ptr && !kw_mpa_marker_gap(s - KW_MPA_MARKER_LEN))
+			s -= KW_MPA_MARKER_LEN;
+		if (s - pos < len)
+			break;		/* this FPDU starts in the segment */
+	}
+	while (o->n < KW_OOO_RECS) {
+		u32 lpos = s + (kw_mpa_marker_gap(s) ? 0 : KW_MPA_MARKER_LEN);
+		u32 wl;
+		u16 ulen;
+
+		off = lpos - pos;
+		if (off > len || len - off < 2 || skb_copy_bits(skb, off, b, 2))
+			return;
+		ulen = get_unaligned_be16(b);
+		wl = kw_mpa_wire_len(s, kw_mpa_fpdu_len(ulen));
+		off = s - pos;
+		if (wl > len - off ||
+		    !rx_ooo_fpdu(qp, skb, off, s, wl, lpos, ulen))
+			return;
+		s += wl;
+	}
+}
+
+/* tcp_sock::ofo_queued: TCP holds the socket lock (patches/0001). */
+static void kw_rx_ofo_queued(struct sock *sk, struct sk_buff *skb)
+{
+	struct kw_qp *qp;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	qp = kw_sk_qp(sk);
+	if (qp && qp->ooo && !kw_rx_failed(&qp->rx) &&
+	    READ_ONCE(qp->state) == KIWARP_QPS_RTS)
+		rx_ooo_skb(qp, skb);
+	read_unlock_bh(&sk->sk_callback_lock);
 }
 
 static void rx_fail(struct kw_qp *qp)
@@ -672,7 +967,7 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 			}
 			n = min(n, qp->rx_verified);
 		}
-		if (rx_feed(qp, skb, offset + done, n) < n ||
+		if (rx_feed(&qp->rx, skb, offset + done, n) < n ||
 		    kw_rx_failed(&qp->rx)) {
 			rx_fail(qp);
 			return len;
@@ -749,9 +1044,82 @@ void kw_rx_setup(struct kw_qp *qp)
 		kw_rx_set_markers(&qp->rx);
 }
 
-/* Drop the receive path's references; callbacks are uninstalled. */
+/* Drop the receive path's references; callbacks and hook are gone. */
 void kw_rx_release(struct kw_qp *qp)
 {
 	rx_mr_release(qp);
 	rx_buf_release(qp);
+	kfree(qp->ooo);
+	qp->ooo = NULL;
+}
+
+/* ---------------------------------------------- the patched kernel's hook */
+
+typedef int (*kw_set_ofo_hook_t)(struct sock *sk,
+				 void (*hook)(struct sock *sk,
+					      struct sk_buff *skb));
+static kw_set_ofo_hook_t kw_set_ofo_hook;
+
+static int tcp_hooks = 1;
+module_param(tcp_hooks, int, 0444);
+MODULE_PARM_DESC(tcp_hooks,
+		 "Use the patched kernel's TCP hook if it has one (1, the default) or not (0); reads back whether it is used");
+
+/*
+ * A kernel built with patches/ exports tcp_set_ofo_hook() (GPL): looked up
+ * by name, so that one kiwarp.ko loads on stock kernels too.
+ */
+void kw_tcp_hooks_init(void)
+{
+	if (tcp_hooks)
+		kw_set_ofo_hook = __symbol_get("tcp_set_ofo_hook");
+	tcp_hooks = !!kw_set_ofo_hook;
+	if (tcp_hooks)
+		pr_info("kiwarp: TCP hooks: out-of-order placement (tcp_set_ofo_hook)\n");
+}
+
+void kw_tcp_hooks_exit(void)
+{
+	if (kw_set_ofo_hook)
+		__symbol_put("tcp_set_ofo_hook");
+	kw_set_ofo_hook = NULL;
+}
+
+bool kw_tcp_hooks(void)
+{
+	return kw_set_ofo_hook;
+}
+
+/*
+ * At RTS, with markers on the peer's FPDUs (which make an FPDU locatable
+ * in any segment), and before the first FPDU is parsed or right after:
+ * the parser's position and copied_seq move together under the socket
+ * lock, so their difference is the sequence number of position 0.
+ */
+void kw_rx_ooo_attach(struct kw_qp *qp, struct sock *sk)
+{
+	struct kw_ooo *o;
+
+	sock_owned_by_me(sk);
+	if (!kw_set_ofo_hook || !qp->mpa.markers_rx || qp->ooo)
+		return;
+	o = kzalloc(sizeof(*o), GFP_KERNEL);
+	if (!o)
+		return;		/* in order only, as on a stock kernel */
+	o->seq0 = tcp_sk(sk)->copied_seq - qp->rx.mpos;
+	qp->ooo = o;
+	if (kw_set_ofo_hook(sk, kw_rx_ofo_queued)) {
+		qp->ooo = NULL;
+		kfree(o);
+	}
+}
+
+/* Before the socket goes: no hook call runs once this returns. */
+void kw_rx_ooo_detach(struct kw_qp *qp, struct sock *sk)
+{
+	if (!qp->ooo)
+		return;
+	lock_sock(sk);
+	kw_set_ofo_hook(sk, NULL);
+	release_sock(sk);
 }

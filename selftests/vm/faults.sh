@@ -63,6 +63,13 @@ if [ -n "$netem" ]; then
 		bail "netem (CONFIG_NET_SCH_NETEM?)"
 fi
 echo "# faults: profile $profile: ${netem:-no netem}"
+# markers on every connection with conn & 2; with the patched kernel's
+# hook (patches/) their Writes and Read Responses are placed as segments
+# arrive, and the traffic phase must show some placed out of order
+hooks=$(cat /sys/module/kiwarp/parameters/tcp_hooks 2>/dev/null || echo 0)
+args+=(--markers)
+[ "$hooks" = 1 ] && [ -n "$netem" ] && args+=(--expect-ooo)
+echo "# faults: TCP hooks $hooks"
 
 # TCP counters of a namespace: "name value" for the names given
 tcpstat() {

@@ -57,6 +57,14 @@
  * cgroup is available, the kernel memory charged to the test's cgroup
  * (kiwarp allocates with __GFP_ACCOUNT) before and after all phases.
  *
+ * Every side of an orderly connection checks that its QP placed exactly
+ * the payload bytes it was sent (QUERY_QP: rx_bytes in order plus
+ * ooo_bytes ahead of order), so that nothing is lost or placed twice.
+ * --markers: connections with conn & 2 ask for MPA markers (with CRC on
+ * odd connections, off on even ones); with the patched kernel's hook
+ * their tagged data is placed as it arrives, out of order, and
+ * --expect-ooo fails the traffic phase if none was.
+ *
  * Output is TAP; the last line is "# N passed, N failed".
  */
 #define _GNU_SOURCE
@@ -117,6 +125,8 @@ struct cfg {
 	int plan_mix;		/* 0: orderly only; 1: churn; 2: kill */
 	double kill_max;	/* s: kill delay drawn from [0, kill_max) */
 	double timeout;		/* s for the whole phase */
+	bool markers;		/* conns with c & 2 ask for markers */
+	bool expect_ooo;	/* traffic must place some bytes out of order */
 };
 
 /* Shared by the orchestrator and all workers (MAP_SHARED, before fork). */
@@ -124,6 +134,9 @@ struct stats {
 	atomic_ullong conns, wrs, bytes, flushed, kills, exits, fails;
 	atomic_ullong setup_fail, max_err_ms;
 	atomic_ullong late;		/* peer gone after we finished */
+	atomic_ullong ooo_bytes;	/* placed out of order (QUERY_QP) */
+	atomic_ullong exact;		/* orderly sides whose placed byte
+					 * count was checked */
 	atomic_uint dead_conn;		/* conn + 1 whose victim is gone */
 	_Atomic double dead_t;
 };
@@ -719,6 +732,8 @@ static int conn_connect(struct conn *k, uint16_t port)
 	int ret;
 
 	cp.flags |= (k->c & 1) ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
+	if (g.markers && (k->c & 2))
+		cp.flags |= KIWARP_CONN_MARKERS;
 	if (my_side == CLIENT) {
 		struct sockaddr_in sin = { .sin_family = AF_INET };
 
@@ -803,6 +818,38 @@ static void conn_close(struct conn *k)
 	k->mr = NULL;
 	k->cq = NULL;
 	k->pd = NULL;
+}
+
+/*
+ * The payload bytes this side's QP must have placed once all rounds are
+ * done: the peer's Sends and Writes and its tokens, and the responses to
+ * our own Reads. QUERY_QP's rx_bytes (in order) and ooo_bytes (placed
+ * ahead, with the patched kernel's hook) must add up to exactly that:
+ * nothing lost, nothing placed twice.
+ */
+static uint64_t expected_placed(const struct conn *k)
+{
+	uint64_t n = 0;
+	unsigned r, i;
+	int s;
+
+	for (r = 0; r < k->plan.rounds; r++) {
+		for (s = 0; s < 2; s++) {
+			struct round rd;
+
+			gen_round(k->c, s, r, &rd);
+			for (i = 0; i < rd.n; i++) {
+				const struct op *o = &rd.op[i];
+
+				if (s != my_side && o->type != OP_READ)
+					n += o->len;
+				if (s == my_side && o->type == OP_READ)
+					n += o->len;
+			}
+		}
+		n += TOK_SZ;
+	}
+	return n;
 }
 
 static void account(struct conn *k)
@@ -1041,8 +1088,22 @@ survivor_wait:
 	if (k->plan.kind == P_ORDERLY && k->connected && !k->err) {
 		struct msg m;
 
+		struct kiwarp_query_qp q;
+		uint64_t want = expected_placed(k);
+
 		/* neither side closes before the other has everything */
 		where = "done";
+		if (kw_query_qp(k->qp, &q))
+			fail(k->c, "query QP");
+		else if (q.rx_bytes + q.ooo_bytes != want)
+			fail(k->c, "placed %llu in order + %llu out of order, want %llu",
+			     (unsigned long long)q.rx_bytes,
+			     (unsigned long long)q.ooo_bytes,
+			     (unsigned long long)want);
+		else
+			atomic_fetch_add(&st->exact, 1);
+		if (!kw_query_qp(k->qp, &q))
+			atomic_fetch_add(&st->ooo_bytes, q.ooo_bytes);
 		ctl_send(M_DONE, k->c, 0);
 		if (ctl_recv(M_DONE, k->c, &m, 60000))
 			fail(k->c, "no DONE from the peer");
@@ -1501,17 +1562,25 @@ static void phase(const char *name, struct cfg c)
 	}
 	dt = now() - t0;
 	ok = !atomic_load(&st->fails) && atomic_load(&st->conns) == c.conns;
+	if (c.expect_ooo && !c.plan_mix && c.conns > 2 &&
+	    !atomic_load(&st->ooo_bytes)) {
+		printf("# %s: nothing was placed out of order\n", name);
+		ok = false;
+	}
 	for (i = 0; i < 2; i++)
 		if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]))
 			ok = false;
 	tap(ok, "%s: %llu conns, %llu WRs, %.1f MiB verified, %llu flushed, "
 	    "%llu kills, %llu exits, %llu failed setups, %llu survivors done "
-	    "first, max error latency %llu ms, %llu failures (%.1f s)", name,
+	    "first, max error latency %llu ms, %llu sides placed exactly once, "
+	    "%llu B out of order, %llu failures (%.1f s)", name,
 	    (unsigned long long)st->conns, (unsigned long long)st->wrs,
 	    st->bytes / 1048576.0, (unsigned long long)st->flushed,
 	    (unsigned long long)st->kills, (unsigned long long)st->exits,
 	    (unsigned long long)st->setup_fail, (unsigned long long)st->late,
-	    (unsigned long long)st->max_err_ms, (unsigned long long)st->fails,
+	    (unsigned long long)st->max_err_ms,
+	    (unsigned long long)st->exact,
+	    (unsigned long long)st->ooo_bytes, (unsigned long long)st->fails,
 	    dt);
 }
 
@@ -1522,6 +1591,8 @@ static void usage(void)
 "                 [--seed N] [--conns N] [--churn N] [--kills N]\n"
 "                 [--inject N]  (corrupt the Nth Send received: must fail)\n"
 "                 [--phase-timeout S]  (default 300, --long 7200)\n"
+"                 [--markers]  (connections with conn & 2 ask for markers)\n"
+"                 [--expect-ooo]  (traffic must place bytes out of order)\n"
 "  Client in netns A, server (listening on IP, default 127.0.0.1) in\n"
 "  netns B (names under /run/netns; default: the current namespace).\n");
 	exit(2);
@@ -1541,6 +1612,8 @@ int main(int argc, char **argv)
 		{ "kills", required_argument, NULL, 'k' },
 		{ "inject", required_argument, NULL, 'x' },
 		{ "phase-timeout", required_argument, NULL, 't' },
+		{ "markers", no_argument, NULL, 'M' },
+		{ "expect-ooo", no_argument, NULL, 'O' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cfg base = {
@@ -1588,6 +1661,12 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			phase_timeout = atof(optarg);
+			break;
+		case 'M':
+			base.markers = true;
+			break;
+		case 'O':
+			base.expect_ooo = true;
 			break;
 		default:
 			usage();
@@ -1641,6 +1720,7 @@ int main(int argc, char **argv)
 	c = base;
 	c.conns = 2;
 	c.seed = base.seed + 3;
+	c.expect_ooo = false;	/* connections 0 and 1: no markers */
 	phase("after", c);
 
 	/* 5: nothing stays pinned or charged */

@@ -173,7 +173,9 @@
 #define KIWARP_FEAT_KERNEL_CM		(1ULL << 7)	/* CONNECT/LISTEN by addr */
 #define KIWARP_FEAT_ZCOPY_TX		(1ULL << 8)
 #define KIWARP_FEAT_DIRECT_RX		(1ULL << 9)
-#define KIWARP_FEAT_TCP_HOOKS		(1ULL << 10)	/* patched kernel */
+/* the kernel carries patches/ (tcp_set_ofo_hook()) and the module uses it
+ * (module parameter tcp_hooks): out-of-order placement, KIWARP_QPQ_OOO */
+#define KIWARP_FEAT_TCP_HOOKS		(1ULL << 10)
 #define KIWARP_FEAT_MARKERS		(1ULL << 11)
 
 struct kiwarp_query {
@@ -441,7 +443,10 @@ struct kiwarp_query_qp {
 	__u16 peer_ird;
 	__u16 peer_ord;
 	__u32 flags;			/* out: KIWARP_QPQ_*; 0 on input */
-	__aligned_u64 reserved;
+	/* out: payload bytes placed out of order, ahead of the in-order
+	 * stream (KIWARP_QPQ_OOO; not counted in rx_bytes, never placed
+	 * twice); 0 on input */
+	__aligned_u64 ooo_bytes;
 };
 
 /*
@@ -456,6 +461,12 @@ struct kiwarp_query_qp {
  * 64 s.
  */
 #define KIWARP_QPQ_TX_COPIED	(1U << 0)
+/*
+ * OOO: the QP places tagged data (RDMA Write, Read Response) that TCP holds
+ * out of order as soon as it arrives (KIWARP_FEAT_TCP_HOOKS, markers on the
+ * peer's FPDUs: Documentation/architecture.md, "Out-of-order placement").
+ */
+#define KIWARP_QPQ_OOO		(1U << 1)
 
 #define KIWARP_MODIFY_ERROR	1	/* to ERROR: flush everything */
 #define KIWARP_MODIFY_CLOSE	2	/* orderly close once the SQ drained and
