@@ -79,6 +79,7 @@ check: deps
 bench: deps
 	$(MAKE) vm-build
 	tools/kiwarp-bench
+	tools/ooo-bench
 
 fuzz: deps
 	$(MAKE) vm-build

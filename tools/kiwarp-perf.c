@@ -89,7 +89,7 @@ struct opts {
 	int sweep;
 	uint32_t iters;
 	uint32_t window;
-	int crc, p2p, quiet, verify, json;
+	int crc, p2p, quiet, verify, json, markers;
 	int mpa_rev;
 	long copy_max;		/* --copy-max; -1: the kernel's default */
 };
@@ -168,6 +168,8 @@ static void usage(void)
 "                declines it, as siw does by default)\n"
 "  -r REV        MPA revision 1 or 2 (default 2)\n"
 "  --p2p         MPA rev 2 peer-to-peer mode (RTR)\n"
+"  --markers     MPA markers (RFC 5044 section 5) in both directions: the\n"
+"                server answers a client that asks with markers too\n"
 "  --verify      fill buffers with a pattern and check it after transfer\n"
 "  --json        one JSON object per size on stdout\n"
 "  --copy-max N  this side's QP copies Sends/Writes of up to N bytes and\n"
@@ -560,8 +562,10 @@ static void print_lat(struct ctx *c, uint32_t size, double *t, uint32_t n,
 	if (c->o.json) {
 		json_common(c, size);
 		printf("\"t_min_us\":%.3f,\"t_typical_us\":%.3f,\"t_avg_us\":%.3f,"
-		       "\"t_max_us\":%.3f,\"verify\":\"%s\",\"status\":\"ok\"}\n",
-		       t[0], t[n / 2], sum / n, t[n - 1], verified ? "ok" : "off");
+		       "\"t_p99_us\":%.3f,\"t_max_us\":%.3f,\"verify\":\"%s\","
+		       "\"status\":\"ok\"}\n",
+		       t[0], t[n / 2], sum / n, t[(uint64_t)n * 99 / 100],
+		       t[n - 1], verified ? "ok" : "off");
 	} else {
 		printf(" %-10u %-12u %-10.2f %-12.2f   %-10.2f %-10.2f\n", size, n,
 		       t[0], t[n / 2], sum / n, t[n - 1]);
@@ -930,6 +934,8 @@ static void make_param(struct ctx *c, struct kw_conn_param *p)
 	}
 	p->mpa_rev = (uint8_t)c->o.mpa_rev;
 	p->flags = c->o.crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC;
+	if (c->o.markers)
+		p->flags |= KIWARP_CONN_MARKERS;
 	if (c->o.p2p) {
 		p->flags |= KIWARP_CONN_P2P;
 		p->rtr = KIWARP_RTR_WRITE;
@@ -975,7 +981,7 @@ static int pdata_parse(const uint8_t *buf, uint32_t len, struct pdata *d)
 
 static void after_connect(struct ctx *c, const struct kiwarp_conn_param *neg)
 {
-	struct kiwarp_query_qp q;
+	struct kiwarp_query_qp q = { 0 };
 
 	c->neg = *neg;
 	if (kw_query_qp(c->qp, &q) == 0) {
@@ -983,8 +989,11 @@ static void after_connect(struct ctx *c, const struct kiwarp_conn_param *neg)
 		if (q.param.mpa_rev)
 			c->neg = q.param;
 	}
-	info("connected: MPA rev %u, CRC %s, MULPDU %u\n", c->neg.mpa_rev,
-	     (c->neg.flags & KIWARP_CONN_CRC) ? "on" : "off", c->mulpdu);
+	info("connected: MPA rev %u, CRC %s, markers %s, MULPDU %u%s\n",
+	     c->neg.mpa_rev, (c->neg.flags & KIWARP_CONN_CRC) ? "on" : "off",
+	     (c->neg.flags & KIWARP_CONN_MARKERS) ? "on" : "off",
+	     c->mulpdu, (q.flags & KIWARP_QPQ_OOO) ?
+	     ", out-of-order placement" : "");
 }
 
 static int tcp_listen_accept(int port)
@@ -1075,6 +1084,9 @@ static int run_server(struct ctx *c)
 		      ((req.param.flags & KIWARP_CONN_CRC) ? KIWARP_CONN_CRC :
 						       KIWARP_CONN_NO_CRC);
 	param.rtr = (param.flags & KIWARP_CONN_P2P) ? req.param.rtr : 0;
+	/* a client that asks for markers gets them, and we ask too */
+	if (req.param.flags & KIWARP_CONN_MARKERS_TX)
+		param.flags |= KIWARP_CONN_MARKERS;
 	setup_buffers(c, c->o.size);
 	post_recvs(c, RQ_DEPTH);
 	pdata_fill(c, &mine, c->o.size);
@@ -1099,6 +1111,14 @@ static int run_server(struct ctx *c)
 			break;
 	}
 	drain_send_cq(c);
+	{
+		struct kiwarp_query_qp q = { 0 };
+
+		if (!kw_query_qp(c->qp, &q) && (q.flags & KIWARP_QPQ_OOO))
+			info("server: placed %llu bytes in order, %llu out of order\n",
+			     (unsigned long long)q.rx_bytes,
+			     (unsigned long long)q.ooo_bytes);
+	}
 	return 0;
 }
 
@@ -1197,6 +1217,7 @@ int main(int argc, char **argv)
 		{ "verify", no_argument, NULL, 'V' },
 		{ "json", no_argument, NULL, 'J' },
 		{ "copy-max", required_argument, NULL, 'X' },
+		{ "markers", no_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1256,6 +1277,7 @@ int main(int argc, char **argv)
 			c.o.mpa_rev = (int)v;
 			break;
 		case 'P': c.o.p2p = 1; break;
+		case 'M': c.o.markers = 1; break;
 		case 'V': c.o.verify = 1; break;
 		case 'J': c.o.json = 1; break;
 		case 'X':

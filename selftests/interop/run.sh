@@ -11,7 +11,7 @@
 #
 #   selftests/interop/run.sh [--kernel NAME] [--quick] [--only REGEX]
 #
-# --kernel NAME (host): boot that kernel (6.1, 6.12, latest: scripts/kernel)
+# --kernel NAME (host): boot that kernel (6.1, 6.12, latest, patched: scripts/kernel)
 # and meet the siw built from its own linux-source, with kiwarp.ko built for
 # it; the Wireshark captures run on the default kernel only.
 # --quick: small sizes only (no 1 MiB / 16 MiB), for development.
@@ -46,9 +46,13 @@ if [ -z "${KIWARP_VM:-}" ]; then
 	log=$(mktemp)
 	caps=$(mktemp -d)
 	trap 'rm -rf "$log" "$caps"' EXIT
+	# the patched kernel is the debug one: kmemleak's verdict after a
+	# final scan (kernel/vm-check)
+	chk=()
+	[ "$kernel" = patched ] && chk=(kernel/vm-check --ko "$KIWARP_KO" --)
 	scripts/vm-run "${vmk[@]}" --accel tcg --timeout "${INTEROP_TIMEOUT:-1500}" \
 		--allow-log 'siw: got TERMINATE|siw: .*TERM|rx bogus TERM' \
-		-- selftests/interop/run.sh "$@" 2>&1 | tee "$log"
+		-- "${chk[@]}" selftests/interop/run.sh "$@" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	line=$(grep -E '^# [0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
 	p=$(echo "${line:-# 0 passed, 1 failed}" | awk '{print $2}')

@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,36 @@ static size_t max_size(void)
 
 enum op { OP_SEND, OP_SEND_SE, OP_SEND_INV, OP_SEND_SE_INV, OP_WRITE, OP_READ };
 
+/* Does the loaded kiwarp.ko use the patched kernel's TCP hook? (-1: no
+ * such parameter) */
+static int tcp_hooks(void)
+{
+	FILE *f = fopen("/sys/module/kiwarp/parameters/tcp_hooks", "r");
+	int v = -1;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Is tcp_set_ofo_hook() in this kernel (patches/)? */
+static bool kernel_has_ofo_hook(void)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	char line[256];
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, " tcp_set_ofo_hook\n") != NULL;
+	fclose(f);
+	return found;
+}
+
 /*
  * The connection parameters of both ends. markers: 1 = a asks for them
  * (in b's FPDUs), 2 = b asks (in a's), 3 = both.
@@ -281,6 +312,12 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	EXPECT_EQ(q.param.flags & (KIWARP_CONN_MARKERS | KIWARP_CONN_MARKERS_TX),
 		  p.a.res.param.flags & (KIWARP_CONN_MARKERS |
 					 KIWARP_CONN_MARKERS_TX));
+	/* out-of-order placement where the peer's FPDUs carry markers */
+	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
+		  tcp_hooks() == 1 && (markers & 1));
+	ASSERT_EQ(qp_state(p.b.qp, &q), 0);
+	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
+		  tcp_hooks() == 1 && !!(markers & 2));
 
 	for (i = 0; i < nsz && sz[i] <= max; i++) {
 		size_t n = sz[i];
@@ -444,6 +481,26 @@ TEST(markers_write_both_crc0_rev1) { run_op_m(kwt_fail, OP_WRITE, 0, 1, 0, 0, 3)
 TEST(markers_p2p_rtr_write) { run_op_m(kwt_fail, OP_SEND, 1, 2, 1, KIWARP_RTR_WRITE, 3); }
 TEST(markers_p2p_rtr_read) { run_op_m(kwt_fail, OP_READ, 1, 2, 1, KIWARP_RTR_READ, 1); }
 TEST(markers_p2p_rtr_send) { run_op_m(kwt_fail, OP_WRITE, 0, 2, 1, KIWARP_RTR_SEND, 2); }
+
+/*
+ * The module uses the patched kernel's hook exactly when the kernel has
+ * it (run.sh loads kiwarp.ko without parameters), and says so both ways:
+ * the tcp_hooks parameter and KIWARP_FEAT_TCP_HOOKS.
+ */
+TEST(tcp_hooks_reported)
+{
+	struct kw_device *dev = NULL;
+	struct kiwarp_query q = { 0 };
+	bool has = kernel_has_ofo_hook();
+
+	note("kernel %s tcp_set_ofo_hook; tcp_hooks=%d", has ? "has" : "lacks",
+	     tcp_hooks());
+	ASSERT_EQ(tcp_hooks(), has ? 1 : 0);
+	ASSERT_EQ(kw_open(&dev), 0);
+	ASSERT_EQ(kw_query(dev, &q), 0);
+	EXPECT_EQ(!!(q.features & KIWARP_FEAT_TCP_HOOKS), has);
+	kw_close(dev);
+}
 
 TEST(private_data_and_negotiation)
 {
