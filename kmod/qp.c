@@ -1062,7 +1062,7 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 		arg->flags |= KIWARP_QPQ_TX_COPIED;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;
-	if (qp->ooo)
+	if (READ_ONCE(qp->ooo))
 		arg->flags |= KIWARP_QPQ_OOO;
 	arg->ooo_bytes = qp->ooo_bytes;
 	spin_unlock_bh(&qp->lock);

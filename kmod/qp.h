@@ -246,7 +246,8 @@ struct kw_qp {
 
 	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;
-	u64 ooo_bytes;		/* placed out of order, not in rx_bytes */
+	u64 ooo_bytes;		/* found placed out of order by the
+				 * in-order pass, not in rx_bytes */
 };
 
 enum { KW_TXF_WAIT_SPACE };	/* tx_flags bits */

@@ -162,7 +162,10 @@ none:
  * record of it stays until the in-order parser reaches the same FPDU,
  * which then runs all its checks and bookkeeping again but copies nothing
  * (rx_ooo_placed()): each byte is placed once, and completions come in
- * order as before. Architecture.md, "Out-of-order placement".
+ * order as before. A record goes when the in-order parser has passed its
+ * FPDU, or when it places an earlier message over the same bytes (then
+ * the later one is placed again, in order, so that the last writer wins as
+ * without the hook). Architecture.md, "Out-of-order placement".
  *
  * Everything here runs under the socket lock (the hook, and the in-order
  * receive path), which serializes it; qp->lock guards the placement
@@ -175,6 +178,8 @@ struct kw_ooo_rec {
 	u32 pos;		/* stream position of the ULPDU Length field */
 	u32 stag;
 	u64 to;
+	u64 va;			/* the bytes it placed: [va, va + len) */
+	u32 len;
 	u32 crc;		/* the CRC field, when CRC is on */
 	u16 ulpdu_len;
 };
@@ -187,6 +192,7 @@ struct kw_ooo {
 	struct kw_rx rx;
 	struct kw_mr *mr;	/* its sink, our reference */
 	u64 delta;
+	u64 va;			/* where its payload went */
 	u32 placed;
 	bool ok;		/* a tagged segment completed */
 	bool refused;		/* a placement was refused */
@@ -198,14 +204,56 @@ static u32 rx_ooo_cur(const struct kw_rx *rx)
 	return kw_rx_at_fpdu(rx) ? rx->mpos : rx->fpdu_pos;
 }
 
+/* Forget the records of FPDUs before stream position end. */
+static void rx_ooo_prune_to(struct kw_ooo *o, u32 end)
+{
+	u32 i = 0;
+
+	while (i < o->n) {
+		if ((s32)(o->rec[i].pos - end) < 0)
+			o->rec[i] = o->rec[--o->n];
+		else
+			i++;
+	}
+}
+
 /* Forget the records of FPDUs the in-order parser has passed. */
 static void rx_ooo_prune(struct kw_qp *qp)
 {
-	struct kw_ooo *o = qp->ooo;
-	u32 cur = rx_ooo_cur(&qp->rx), i = 0;
+	rx_ooo_prune_to(qp->ooo, rx_ooo_cur(&qp->rx));
+}
+
+/*
+ * The in-order parser places [va, va + len) itself: an FPDU placed ahead
+ * over any of those bytes must be placed again when its turn comes, or the
+ * earlier message would have the last word.
+ */
+static void rx_ooo_overwritten(struct kw_ooo *o, u64 va, u32 len)
+{
+	u32 i = 0;
 
 	while (i < o->n) {
-		if ((s32)(o->rec[i].pos - cur) < 0)
+		const struct kw_ooo_rec *r = &o->rec[i];
+
+		if (va < r->va + r->len && r->va < va + len)
+			o->rec[i] = o->rec[--o->n];
+		else
+			i++;
+	}
+}
+
+/* The same for an FPDU placed ahead at stream position pos, over bytes
+ * that a later FPDU placed ahead before it had written. */
+static void rx_ooo_overwritten_after(struct kw_ooo *o, u32 pos, u64 va,
+				     u32 len)
+{
+	u32 i = 0;
+
+	while (i < o->n) {
+		const struct kw_ooo_rec *r = &o->rec[i];
+
+		if ((s32)(r->pos - pos) > 0 && va < r->va + r->len &&
+		    r->va < va + len)
 			o->rec[i] = o->rec[--o->n];
 		else
 			i++;
@@ -255,10 +303,19 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 	struct kw_qp *qp = ctx;
 	bool tagged = cookie == &qp->rx_mr;
 	struct kw_mr *mr = tagged ? qp->rx_mr : cookie;
+	u64 moff = tagged ? off + qp->rx_delta : off;
+	struct kw_ooo *o = qp->ooo;
 
-	/* placed already, out of order (the hook saw it first) */
-	if (tagged && unlikely(qp->ooo) && rx_ooo_placed(qp))
-		return;
+	if (unlikely(o && o->n)) {
+		/* placed already, out of order (the hook saw it first) */
+		if (tagged && rx_ooo_placed(qp)) {
+			spin_lock_bh(&qp->lock);
+			qp->ooo_bytes += len;
+			spin_unlock_bh(&qp->lock);
+			return;
+		}
+		rx_ooo_overwritten(o, mr->addr + moff, len);
+	}
 	spin_lock_bh(&qp->lock);
 	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
 	    (!tagged && !qp->rx_buf_valid)) {
@@ -272,7 +329,7 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 	}
 	/* Tagged placement goes through the narrowed view (see
 	 * rx_lookup_stag); untagged SGE views carry the MR itself. */
-	kw_mr_copy_to(mr, tagged ? off + qp->rx_delta : off, src, len);
+	kw_mr_copy_to(mr, moff, src, len);
 	kw_mr_access_end(mr);
 	qp->rx_bytes += len;
 	spin_unlock_bh(&qp->lock);
@@ -533,6 +590,10 @@ static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
 	struct kw_qp *qp = ctx;
 	int ret = rx_segment_op(qp, h, payload, placed, t);
 
+	/* this FPDU's record (if any) has served */
+	if (unlikely(qp->ooo && qp->ooo->n))
+		rx_ooo_prune_to(qp->ooo, qp->rx.fpdu_pos + 1);
+
 	/* A responder's first valid FPDU lifts its fence (go_rts()). */
 	if (!ret && READ_ONCE(qp->fenced)) {
 		/*
@@ -778,6 +839,8 @@ static void ooo_place(void *ctx, void *cookie, u64 off, const void *src,
 	}
 	kw_mr_copy_to(o->mr, off + o->delta, src, len);
 	kw_mr_access_end(o->mr);
+	if (!o->placed)
+		o->va = o->mr->addr + off + o->delta;
 	o->placed += len;
 	spin_unlock_bh(&qp->lock);
 }
@@ -813,19 +876,22 @@ static const struct kw_rx_ops kw_ooo_ops = {
  * (the in-order parser will judge it), true if it was or needs not be.
  */
 static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
-			u32 s, u32 wl, u32 lpos, u16 ulen)
+			u32 s, u32 wl, u32 lpos, u16 ulen, const u8 ctrl[2])
 {
 	struct kw_ooo *o = qp->ooo;
 	struct rx_crc c = { .crc_len = wl - 4, .crc = kw_mpa_crc_init(),
 			    .no_crc = !qp->rx.crc, .markers = true,
 			    .start = s };
-	struct kw_ooo_rec *r;
+	u8 op = ctrl[1] & KW_RDMAP_OPCODE_MASK;
 	bool ok;
 
+	/* tagged Writes and Read Responses of some size only; the parser
+	 * checks the header completely */
+	if (ulen < KW_OOO_MIN_ULPDU || !(ctrl[0] & KW_DDP_FLAG_TAGGED) ||
+	    (op != KW_OP_WRITE && op != KW_OP_READ_RESP))
+		return true;
 	if (rx_ooo_find(o, lpos))
 		return true;	/* a copy of a segment it came in before */
-	if (ulen < KW_OOO_MIN_ULPDU)
-		return true;
 	if (!rx_skb_crc(skb, off, wl, &c) || c.mk_bad ||
 	    (qp->rx.crc && !kw_mpa_crc_check(c.crc, c.wire)))
 		return false;
@@ -840,16 +906,15 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 	     o->rx.fpdus == 1 && o->ok && !o->refused &&
 	     o->rx.fpdu_pos == lpos;
 	ooo_mr_release(o);
+	if (o->placed)
+		rx_ooo_overwritten_after(o, lpos, o->va, o->placed);
 	if (!ok)
 		return false;
-	r = &o->rec[o->n++];
-	*r = (struct kw_ooo_rec){
+	o->rec[o->n++] = (struct kw_ooo_rec){
 		.pos = lpos, .stag = o->rx.h.stag, .to = o->rx.h.to,
+		.va = o->va, .len = o->placed,
 		.crc = get_unaligned_be32(c.wire), .ulpdu_len = ulen,
 	};
-	spin_lock_bh(&qp->lock);
-	qp->ooo_bytes += o->placed;
-	spin_unlock_bh(&qp->lock);
 	return true;
 }
 
@@ -867,6 +932,8 @@ static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
 	u8 b[KW_MPA_MARKER_LEN];
 
 	rx_ooo_prune(qp);
+	if (o->n == KW_OOO_RECS)
+		return;
 	for (;; m += KW_MPA_MARKER_SPACING) {
 		u32 ptr;
 
@@ -887,14 +954,16 @@ static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
 		u32 wl;
 		u16 ulen;
 
+		/* the length field and the DDP and RDMAP control bytes: no
+		 * marker between them (FPDUs start 4-aligned) */
 		off = lpos - pos;
-		if (off > len || len - off < 2 || skb_copy_bits(skb, off, b, 2))
+		if (off > len || len - off < 4 || skb_copy_bits(skb, off, b, 4))
 			return;
 		ulen = get_unaligned_be16(b);
 		wl = kw_mpa_wire_len(s, kw_mpa_fpdu_len(ulen));
 		off = s - pos;
 		if (wl > len - off ||
-		    !rx_ooo_fpdu(qp, skb, off, s, wl, lpos, ulen))
+		    !rx_ooo_fpdu(qp, skb, off, s, wl, lpos, ulen, b + 2))
 			return;
 		s += wl;
 	}
@@ -907,8 +976,15 @@ static void kw_rx_ofo_queued(struct sock *sk, struct sk_buff *skb)
 
 	read_lock_bh(&sk->sk_callback_lock);
 	qp = kw_sk_qp(sk);
+	/*
+	 * Not before the in-order parser has taken the first FPDU of a
+	 * responder (and the RTR of a P2P one), and not once urgent data
+	 * moved copied_seq under the parser (kw_rx_drain() fails the QP).
+	 */
 	if (qp && qp->ooo && !kw_rx_failed(&qp->rx) &&
-	    READ_ONCE(qp->state) == KIWARP_QPS_RTS)
+	    READ_ONCE(qp->state) == KIWARP_QPS_RTS &&
+	    !READ_ONCE(qp->fenced) && !READ_ONCE(qp->rtr_wait) &&
+	    !READ_ONCE(tcp_sk(sk)->urg_data))
 		rx_ooo_skb(qp, skb);
 	read_unlock_bh(&sk->sk_callback_lock);
 }
@@ -1050,7 +1126,7 @@ void kw_rx_release(struct kw_qp *qp)
 	rx_mr_release(qp);
 	rx_buf_release(qp);
 	kfree(qp->ooo);
-	qp->ooo = NULL;
+	WRITE_ONCE(qp->ooo, NULL);
 }
 
 /* ---------------------------------------------- the patched kernel's hook */
@@ -1103,13 +1179,13 @@ void kw_rx_ooo_attach(struct kw_qp *qp, struct sock *sk)
 	sock_owned_by_me(sk);
 	if (!kw_set_ofo_hook || !qp->mpa.markers_rx || qp->ooo)
 		return;
-	o = kzalloc(sizeof(*o), GFP_KERNEL);
+	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
 	if (!o)
 		return;		/* in order only, as on a stock kernel */
 	o->seq0 = tcp_sk(sk)->copied_seq - qp->rx.mpos;
-	qp->ooo = o;
+	WRITE_ONCE(qp->ooo, o);
 	if (kw_set_ofo_hook(sk, kw_rx_ofo_queued)) {
-		qp->ooo = NULL;
+		WRITE_ONCE(qp->ooo, NULL);
 		kfree(o);
 	}
 }

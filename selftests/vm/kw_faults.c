@@ -283,8 +283,25 @@ static void gen_round(unsigned c, int s, unsigned r, struct round *rd)
 			rcv += a + o->len;
 			rd->sends++;
 		} else if (o->type == OP_WRITE) {
-			o->rem = wt + a;
-			wt += a + o->len;
+			const struct op *p = NULL;
+			unsigned j;
+
+			/* now and then over an earlier Write of the round, in
+			 * part: the later one's bytes must be what stays,
+			 * also when its segments come (and are placed) first */
+			for (j = rd->n; j-- > 0 && !p;)
+				if (rd->op[j].type == OP_WRITE)
+					p = &rd->op[j];
+			if (p && rnd(&rg, 3) == 0 && p->rem + o->len <= g.rb) {
+				o->rem = p->rem + rnd(&rg, p->len);
+				if (o->rem + o->len > g.rb)
+					o->rem = p->rem;
+				if (o->rem + o->len > wt)
+					wt = o->rem + o->len;
+			} else {
+				o->rem = wt + a;
+				wt += a + o->len;
+			}
 		} else {
 			o->rem = rnd(&rg, g.maxsz + 4096 - o->len);
 			reads++;
@@ -554,24 +571,65 @@ static int post_probe(struct conn *k)
 	return post_send(k, &wr);
 }
 
+/*
+ * The peer's Writes of round r: each byte holds the last Write that
+ * covers it, in posting order (RFC 5040 section 5.5: Writes are placed
+ * in message order as far as the Data Sink can tell once they are
+ * delivered).
+ */
 static void verify_writes(struct conn *k, unsigned r)
 {
 	struct round rd;
 	size_t bank = k->l.wtgt + (r & 1) * (size_t)g.rb;
-	unsigned i;
+	unsigned i, j, n, m;
 	long bad;
 
 	gen_round(k->c, !my_side, r, &rd);
 	for (i = 0; i < rd.n; i++) {
 		const struct op *o = &rd.op[i];
+		/* [start, end) pieces of o not covered by a later Write */
+		uint32_t iv[2 * (MAX_OPR + 1)][2];
 
 		if (o->type != OP_WRITE)
 			continue;
-		bad = pat_check(k->buf + bank + o->rem,
-				data_key(k->c, !my_side, r, i), 0, o->len);
-		if (bad >= 0)
-			fail(k->c, "RDMA Write r%u/%u (%u B) byte %ld corrupt",
-			     r, i, o->len, bad);
+		n = 1;
+		iv[0][0] = o->rem;
+		iv[0][1] = o->rem + o->len;
+		for (j = i + 1; j < rd.n; j++) {
+			const struct op *w = &rd.op[j];
+			uint32_t ws = w->rem, we = w->rem + w->len;
+
+			if (w->type != OP_WRITE)
+				continue;
+			for (m = n, n = 0; m-- > 0;) {
+				uint32_t s0 = iv[m][0], e0 = iv[m][1];
+
+				/* keep what lies before and after [ws, we) */
+				if (s0 < ws) {
+					iv[2 * MAX_OPR + 1 - n][0] = s0;
+					iv[2 * MAX_OPR + 1 - n][1] = e0 < ws ? e0 : ws;
+					n++;
+				}
+				if (e0 > we) {
+					iv[2 * MAX_OPR + 1 - n][0] = s0 > we ? s0 : we;
+					iv[2 * MAX_OPR + 1 - n][1] = e0;
+					n++;
+				}
+			}
+			/* the survivors were written from the top down */
+			for (m = 0; m < n; m++)
+				memcpy(iv[m], iv[2 * MAX_OPR + 1 - m], sizeof(iv[m]));
+		}
+		for (m = 0; m < n; m++) {
+			uint32_t off = iv[m][0] - o->rem;
+
+			bad = pat_check(k->buf + bank + iv[m][0],
+					data_key(k->c, !my_side, r, i), off,
+					iv[m][1] - iv[m][0]);
+			if (bad >= 0)
+				fail(k->c, "RDMA Write r%u/%u (%u B) byte %ld corrupt",
+				     r, i, o->len, off + bad);
+		}
 		k->bytes += o->len;
 	}
 }

@@ -443,9 +443,11 @@ struct kiwarp_query_qp {
 	__u16 peer_ird;
 	__u16 peer_ord;
 	__u32 flags;			/* out: KIWARP_QPQ_*; 0 on input */
-	/* out: payload bytes placed out of order, ahead of the in-order
-	 * stream (KIWARP_QPQ_OOO; not counted in rx_bytes, never placed
-	 * twice); 0 on input */
+	/* out: payload bytes that were placed out of order, ahead of the
+	 * in-order stream, and that the in-order pass then found in place
+	 * and did not copy again (KIWARP_QPQ_OOO). rx_bytes counts the bytes
+	 * it placed itself: together, every payload byte received once.
+	 * 0 on input */
 	__aligned_u64 ooo_bytes;
 };
 
