@@ -698,14 +698,6 @@ static void rx_crc_chunk(struct rx_crc *c, const u8 *p, u32 n)
 	c->pos += n;
 }
 
-/*
- * Run the len queued bytes from sequence number seq (in skb) through c.
- * Returns 1, 0 if fewer are queued (the FIN came first), or -EIO if an skb
- * cannot be read. The receive queue may hold overlapping skbs (a
- * retransmission cut differently): each one is entered at seq, as
- * tcp_recv_skb() does. Caller holds the socket, so the queue cannot
- * change.
- */
 /* Run [off, off + len) of skb through c; false if it cannot be read. */
 static bool rx_skb_crc(struct sk_buff *skb, u32 off, u32 len,
 		       struct rx_crc *c)
@@ -724,6 +716,14 @@ static bool rx_skb_crc(struct sk_buff *skb, u32 off, u32 len,
 	return got == len;
 }
 
+/*
+ * Run the len queued bytes from sequence number seq (in skb) through c.
+ * Returns 1, 0 if fewer are queued (the FIN came first), or -EIO if an skb
+ * cannot be read. The receive queue may hold overlapping skbs (a
+ * retransmission cut differently): each one is entered at seq, as
+ * tcp_recv_skb() does. Caller holds the socket, so the queue cannot
+ * change.
+ */
 static int rx_walk(struct sock *sk, struct sk_buff *skb, u32 seq, u32 len,
 		   struct rx_crc *c)
 {
