@@ -103,7 +103,9 @@ setup() {
 	ulimit -l unlimited
 	local ko=${KIWARP_KO:-kmod/kiwarp.ko} dep
 	modprobe -a ib_core iw_cm rdma_cm rdma_ucm ib_uverbs dummy || return 1
-	ip link add dummy0 type dummy && ip addr add $ADDR/24 dev dummy0 &&
+	# a kernel with the dummy driver built in has a dummy0 already
+	{ ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; } &&
+		ip addr add $ADDR/24 dev dummy0 &&
 		ip link set dummy0 up || return 1
 	# kiwarp's and siw's dependencies (libcrc32c up to 6.13)
 	for dep in $(modinfo -F depends "$ko" "$SIWDIR"/*/siw.ko | tr , '\n' | sort -u); do
