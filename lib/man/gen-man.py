@@ -252,7 +252,14 @@ payload byte counters and the last Terminate sent and received
 \\fIcopy_max\\fR, and in \\fIflags\\fR \\fBKIWARP_QPQ_TX_COPIED\\fR when in the
 last second the stack copied pages the QP sent by reference (a peer on this
 host): a QP created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its
-large Sends and Writes too.""",
+large Sends and Writes too.
+.PP
+On a kernel with kiwarp's TCP patch (\\fBKIWARP_FEAT_TCP_HOOKS\\fR) a QP whose
+peer sends markers places RDMA Writes and Read Responses as their segments
+arrive, out of order (\\fBKIWARP_QPQ_OOO\\fR in \\fIflags\\fR):
+\\fIrx_bytes\\fR counts the payload bytes placed in order, \\fIooo_bytes\\fR
+those the in-order pass found placed already; together, every payload
+byte received.""",
      RET_ZERO, COMMON_ERR, ["kw_modify_qp", "kw_qp_state_str", "kw_term_str"])
 
 page("kw_modify_qp", "move a queue pair to ERROR or close it",

@@ -17,6 +17,8 @@
 # --quick: small sizes only (no 1 MiB / 16 MiB), for development.
 # --only REGEX: run only the groups whose name matches.
 # INTEROP_TIMEOUT (host): VM timeout in seconds (default 1500).
+# INTEROP_VARIANTS (host): the siw variants to build (default: all six).
+#   The markers group needs rev2-crc0-p2p0 only.
 set -u
 cd "$(dirname "$0")/../.."
 top=$PWD
@@ -33,7 +35,9 @@ if [ -z "${KIWARP_VM:-}" ]; then
 		export KIWARP_KO=$(sed -n 's/^KIWARP_KO=//p' <<<"$env")
 		vmk=(--kernel "$kernel")
 	fi
-	for v in $VARIANTS; do
+	# INTEROP_VARIANTS: build only these siw variants (for --only groups
+	# that need no other)
+	for v in ${INTEROP_VARIANTS:-$VARIANTS}; do
 		r=${v#rev}; r=${r%%-*}
 		c=${v#*-crc}; c=${c%%-*}
 		p=${v##*-p2p}
