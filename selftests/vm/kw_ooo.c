@@ -130,19 +130,6 @@ static long long ofo_queued(void)
 	return n;
 }
 
-static int tcp_hooks(void)
-{
-	FILE *f = fopen("/sys/module/kiwarp/parameters/tcp_hooks", "r");
-	int v = 0;
-
-	if (f) {
-		if (fscanf(f, "%d", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	return v;
-}
-
 struct side {
 	struct kw_device *dev;
 	struct kw_pd *pd;
@@ -377,13 +364,13 @@ static void run(int *kwt_fail, int crc)
 	note("server: step %d, %s; %lld segments queued out of order; placed %llu in order + %llu out of order (want %llu), QP flags %#x, tcp_hooks %d",
 	     v.step, v.ok ? "bytes right" : v.why, v.ofo,
 	     (unsigned long long)v.rx, (unsigned long long)v.ooo,
-	     (unsigned long long)v.want, v.qflags, tcp_hooks());
+	     (unsigned long long)v.want, v.qflags, kw_tcp_hooks_param());
 	EXPECT_EQ(v.ok, 1);
 	/* netem reordered (a fresh namespace: its counters start at 0) */
 	EXPECT_GE(v.ofo, PAIRS / 2);
 	EXPECT_EQ(v.rx + v.ooo, v.want);
-	EXPECT_EQ(!!(v.qflags & KIWARP_QPQ_OOO), tcp_hooks() == 1);
-	if (tcp_hooks() == 1)
+	EXPECT_EQ(!!(v.qflags & KIWARP_QPQ_OOO), kw_tcp_hooks_param() == 1);
+	if (kw_tcp_hooks_param() == 1)
 		EXPECT_GT(v.ooo, 0);
 	else
 		EXPECT_EQ(v.ooo, 0);

@@ -228,21 +228,6 @@ static size_t max_size(void)
 
 enum op { OP_SEND, OP_SEND_SE, OP_SEND_INV, OP_SEND_SE_INV, OP_WRITE, OP_READ };
 
-/* Does the loaded kiwarp.ko use the patched kernel's TCP hook? (-1: no
- * such parameter) */
-static int tcp_hooks(void)
-{
-	FILE *f = fopen("/sys/module/kiwarp/parameters/tcp_hooks", "r");
-	int v = -1;
-
-	if (f) {
-		if (fscanf(f, "%d", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
 /* Is tcp_set_ofo_hook() in this kernel (patches/)? */
 static bool kernel_has_ofo_hook(void)
 {
@@ -314,10 +299,10 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 					 KIWARP_CONN_MARKERS_TX));
 	/* out-of-order placement where the peer's FPDUs carry markers */
 	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
-		  tcp_hooks() == 1 && (markers & 1));
+		  kw_tcp_hooks_param() == 1 && (markers & 1));
 	ASSERT_EQ(qp_state(p.b.qp, &q), 0);
 	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
-		  tcp_hooks() == 1 && !!(markers & 2));
+		  kw_tcp_hooks_param() == 1 && !!(markers & 2));
 
 	for (i = 0; i < nsz && sz[i] <= max; i++) {
 		size_t n = sz[i];
@@ -494,8 +479,8 @@ TEST(tcp_hooks_reported)
 	bool has = kernel_has_ofo_hook();
 
 	note("kernel %s tcp_set_ofo_hook; tcp_hooks=%d", has ? "has" : "lacks",
-	     tcp_hooks());
-	ASSERT_EQ(tcp_hooks(), has ? 1 : 0);
+	     kw_tcp_hooks_param());
+	ASSERT_EQ(kw_tcp_hooks_param(), has ? 1 : 0);
 	ASSERT_EQ(kw_open(&dev), 0);
 	ASSERT_EQ(kw_query(dev, &q), 0);
 	EXPECT_EQ(!!(q.features & KIWARP_FEAT_TCP_HOOKS), has);

@@ -47,6 +47,23 @@ static inline long long meminfo(const char *key)
 	return v;
 }
 
+/*
+ * Does the loaded kiwarp.ko use the patched kernel's TCP hook (module
+ * parameter tcp_hooks)? 1 or 0; -1 if there is no such parameter.
+ */
+static inline int kw_tcp_hooks_param(void)
+{
+	FILE *f = fopen("/sys/module/kiwarp/parameters/tcp_hooks", "r");
+	int v = -1;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
 /* A TAP comment line, flushed at once: a hang shows where it hangs. */
 static inline void note(const char *fmt, ...)
 {
