@@ -173,13 +173,23 @@ none:
  */
 #define KW_OOO_RECS		64	/* FPDUs placed ahead, per QP */
 #define KW_OOO_MIN_ULPDU	128	/* smaller ones wait for their turn */
+#define KW_OOO_PIECES		4	/* physically contiguous pieces of
+					 * memory an FPDU placed ahead may
+					 * cover and still be recorded */
+
+/* Memory a placement wrote, by physical address: memory mapped twice (at
+ * two addresses, or in two MRs) is one memory. */
+struct kw_ooo_piece {
+	u64 start;
+	u32 len;
+};
 
 struct kw_ooo_rec {
 	u32 pos;		/* stream position of the ULPDU Length field */
 	u32 stag;
 	u64 to;
-	u64 va;			/* the bytes it placed: [va, va + len) */
-	u32 len;
+	struct kw_ooo_piece pc[KW_OOO_PIECES];	/* what it wrote */
+	u8 npc;
 	u32 crc;		/* the CRC field, when CRC is on */
 	u16 ulpdu_len;
 };
@@ -192,7 +202,9 @@ struct kw_ooo {
 	struct kw_rx rx;
 	struct kw_mr *mr;	/* its sink, our reference */
 	u64 delta;
-	u64 va;			/* where its payload went */
+	struct kw_ooo_piece pc[KW_OOO_PIECES];	/* where it went */
+	u8 npc;
+	bool wide;		/* more pieces than that: not recorded */
 	u32 placed;
 	bool ok;		/* a tagged segment completed */
 	bool refused;		/* a placement was refused */
@@ -223,37 +235,68 @@ static void rx_ooo_prune(struct kw_qp *qp)
 	rx_ooo_prune_to(qp->ooo, rx_ooo_cur(&qp->rx));
 }
 
-/*
- * The in-order parser places [va, va + len) itself: an FPDU placed ahead
- * over any of those bytes must be placed again when its turn comes, or the
- * earlier message would have the last word.
- */
-static void rx_ooo_overwritten(struct kw_ooo *o, u64 va, u32 len)
+static bool ooo_overlaps(const struct kw_ooo_piece *pc, u8 npc, u64 start,
+			 u32 len)
 {
-	u32 i = 0;
+	u8 i;
 
-	while (i < o->n) {
-		const struct kw_ooo_rec *r = &o->rec[i];
+	for (i = 0; i < npc; i++)
+		if (start < pc[i].start + pc[i].len &&
+		    pc[i].start < start + len)
+			return true;
+	return false;
+}
 
-		if (va < r->va + r->len && r->va < va + len)
-			o->rec[i] = o->rec[--o->n];
-		else
-			i++;
+/* Physical address and length of the piece of [off, off + *len) of mr in
+ * one page; *len is cut to it. */
+static u64 ooo_phys(struct kw_mr *mr, u64 off, u32 *len)
+{
+	unsigned int pg_off, avail;
+	struct page *pg = kw_mr_page(mr, off, &pg_off, &avail);
+
+	*len = min(*len, avail);
+	return ((u64)page_to_pfn(pg) << PAGE_SHIFT) + pg_off;
+}
+
+/*
+ * The in-order parser writes [off, off + len) of mr itself: an FPDU placed
+ * ahead over any of those bytes must be placed again when its turn comes,
+ * or the earlier message would have the last word.
+ */
+static void rx_ooo_overwritten(struct kw_ooo *o, struct kw_mr *mr, u64 off,
+			       u32 len)
+{
+	while (len && o->n) {
+		u32 n = len, i = 0;
+		u64 ph = ooo_phys(mr, off, &n);
+
+		while (i < o->n) {
+			const struct kw_ooo_rec *r = &o->rec[i];
+
+			if (ooo_overlaps(r->pc, r->npc, ph, n))
+				o->rec[i] = o->rec[--o->n];
+			else
+				i++;
+		}
+		off += n;
+		len -= n;
 	}
 }
 
-/* The same for an FPDU placed ahead at stream position pos, over bytes
- * that a later FPDU placed ahead before it had written. */
-static void rx_ooo_overwritten_after(struct kw_ooo *o, u32 pos, u64 va,
-				     u32 len)
+/* The same for the FPDU just placed ahead at stream position pos (o->pc),
+ * over bytes that a later FPDU placed ahead before it had written. */
+static void rx_ooo_overwritten_after(struct kw_ooo *o, u32 pos)
 {
-	u32 i = 0;
+	u32 i = 0, j;
 
 	while (i < o->n) {
 		const struct kw_ooo_rec *r = &o->rec[i];
+		bool hit = o->wide;
 
-		if ((s32)(r->pos - pos) > 0 && va < r->va + r->len &&
-		    r->va < va + len)
+		for (j = 0; !hit && j < o->npc; j++)
+			hit = ooo_overlaps(r->pc, r->npc, o->pc[j].start,
+					   o->pc[j].len);
+		if ((s32)(r->pos - pos) > 0 && hit)
 			o->rec[i] = o->rec[--o->n];
 		else
 			i++;
@@ -309,12 +352,21 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 	if (unlikely(o && o->n)) {
 		/* placed already, out of order (the hook saw it first) */
 		if (tagged && rx_ooo_placed(qp)) {
+			/* counted, and the STag checked, as a copy would be */
 			spin_lock_bh(&qp->lock);
-			qp->ooo_bytes += len;
+			if (qp->state == KIWARP_QPS_RTS ||
+			    qp->state == KIWARP_QPS_CLOSING) {
+				if (kw_mr_access_begin(mr)) {
+					kw_mr_access_end(mr);
+					qp->ooo_bytes += len;
+				} else {
+					qp->rx_revoked = true;
+				}
+			}
 			spin_unlock_bh(&qp->lock);
 			return;
 		}
-		rx_ooo_overwritten(o, mr->addr + moff, len);
+		rx_ooo_overwritten(o, mr, moff, len);
 	}
 	spin_lock_bh(&qp->lock);
 	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
@@ -811,9 +863,23 @@ static int ooo_lookup_stag(void *ctx, u32 stag, u8 opcode,
 			   struct kw_mr_view *v)
 {
 	struct kw_qp *qp = ctx;
+	bool shared = false;
+	u32 i;
 
 	if (opcode != KW_OP_WRITE && opcode != KW_OP_READ_RESP)
 		return -ENOENT;
+	if (opcode == KW_OP_READ_RESP) {
+		/* a later Read into the same sink could be what this is: only
+		 * the oldest Read's own sink STag is placed ahead */
+		spin_lock_bh(&qp->lock);
+		for (i = qp->orq_head; i != qp->orq_tail; i++)
+			if (i != qp->orq_head &&
+			    qp->orq[i & (KW_MAX_ORD - 1)].sink_stag == stag)
+				shared = true;
+		spin_unlock_bh(&qp->lock);
+		if (shared)
+			return -ENOENT;
+	}
 	return rx_lookup(qp, stag, opcode, v, &qp->ooo->mr, &qp->ooo->delta);
 }
 
@@ -839,9 +905,23 @@ static void ooo_place(void *ctx, void *cookie, u64 off, const void *src,
 	}
 	kw_mr_copy_to(o->mr, off + o->delta, src, len);
 	kw_mr_access_end(o->mr);
-	if (!o->placed)
-		o->va = o->mr->addr + off + o->delta;
-	o->placed += len;
+	/* where it went, in physically contiguous pieces */
+	for (off += o->delta; len && !o->wide;) {
+		u32 n = len;
+		u64 ph = ooo_phys(o->mr, off, &n);
+		struct kw_ooo_piece *last = o->npc ? &o->pc[o->npc - 1] : NULL;
+
+		if (last && last->start + last->len == ph)
+			last->len += n;
+		else if (o->npc == KW_OOO_PIECES)
+			o->wide = true;
+		else
+			o->pc[o->npc++] = (struct kw_ooo_piece){ ph, n };
+		off += n;
+		len -= n;
+		o->placed += n;
+	}
+	o->placed += len;	/* what is left once wide */
 	spin_unlock_bh(&qp->lock);
 }
 
@@ -901,20 +981,25 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 	o->rx.mpos = s;
 	kw_rx_verified(&o->rx);		/* CRC (if on) checked above */
 	o->placed = 0;
+	o->npc = 0;
+	o->wide = false;
 	o->ok = o->refused = false;
 	ok = rx_feed(&o->rx, skb, off, wl) == wl && !kw_rx_failed(&o->rx) &&
 	     o->rx.fpdus == 1 && o->ok && !o->refused &&
 	     o->rx.fpdu_pos == lpos;
 	ooo_mr_release(o);
 	if (o->placed)
-		rx_ooo_overwritten_after(o, lpos, o->va, o->placed);
+		rx_ooo_overwritten_after(o, lpos);
 	if (!ok)
 		return false;
-	o->rec[o->n++] = (struct kw_ooo_rec){
+	if (o->wide)
+		return true;	/* placed, not recorded: placed again in order */
+	o->rec[o->n] = (struct kw_ooo_rec){
 		.pos = lpos, .stag = o->rx.h.stag, .to = o->rx.h.to,
-		.va = o->va, .len = o->placed,
+		.npc = o->npc,
 		.crc = get_unaligned_be32(c.wire), .ulpdu_len = ulen,
 	};
+	memcpy(o->rec[o->n++].pc, o->pc, sizeof(o->pc));
 	return true;
 }
 
