@@ -20,11 +20,25 @@ static void rx_buf_release(struct kw_qp *qp)
 	qp->rx_buf_valid = false;
 }
 
+/* Drop the MR reference a receive path holds in *holder (rx_lookup()). */
+static void rx_holder_put(struct kw_mr **holder)
+{
+	if (*holder)
+		kw_mr_put(*holder);
+	*holder = NULL;
+}
+
 static void rx_mr_release(struct kw_qp *qp)
 {
-	if (qp->rx_mr)
-		kw_mr_put(qp->rx_mr);
-	qp->rx_mr = NULL;
+	rx_holder_put(&qp->rx_mr);
+}
+
+/* May bytes still be placed? Not once a flush may have completed the WRs
+ * (placement and flush are ordered by qp->lock). */
+static bool rx_placing(const struct kw_qp *qp)
+{
+	lockdep_assert_held(&qp->lock);
+	return qp->state == KIWARP_QPS_RTS || qp->state == KIWARP_QPS_CLOSING;
 }
 
 /* ------------------------------------------------------ parser callbacks */
@@ -52,9 +66,7 @@ static int rx_lookup(struct kw_qp *qp, u32 stag, u8 opcode,
 		if (!match || o.sink_stag != stag)
 			return -ENOENT;
 	}
-	if (*holder)
-		kw_mr_put(*holder);
-	*holder = NULL;
+	rx_holder_put(holder);
 	mr = kw_mr_get(stag);
 	if (!mr)
 		return -ENOENT;
@@ -113,7 +125,7 @@ static int rx_get_buf(void *ctx, u32 msn, const struct kw_rx_buf **bufp)
 	rx_buf_release(qp);
 
 	spin_lock_bh(&qp->lock);
-	if (qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING)
+	if (!rx_placing(qp))
 		goto none;
 	if (!kw_qp_rq_pull(qp, &idx))
 		goto none;
@@ -323,8 +335,6 @@ static bool rx_ooo_placed(struct kw_qp *qp)
 	const struct kw_rx *rx = &qp->rx;
 	const struct kw_ooo_rec *r;
 
-	if (!qp->ooo->n)
-		return false;
 	rx_ooo_prune(qp);
 	r = rx_ooo_find(qp->ooo, rx->fpdu_pos);
 	return r && r->stag == rx->h.stag && r->to == rx->h.to &&
@@ -354,8 +364,7 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 		if (tagged && rx_ooo_placed(qp)) {
 			/* counted, and the STag checked, as a copy would be */
 			spin_lock_bh(&qp->lock);
-			if (qp->state == KIWARP_QPS_RTS ||
-			    qp->state == KIWARP_QPS_CLOSING) {
+			if (rx_placing(qp)) {
 				if (kw_mr_access_begin(mr)) {
 					kw_mr_access_end(mr);
 					qp->ooo_bytes += len;
@@ -369,8 +378,7 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 		rx_ooo_overwritten(o, mr, moff, len);
 	}
 	spin_lock_bh(&qp->lock);
-	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
-	    (!tagged && !qp->rx_buf_valid)) {
+	if (!rx_placing(qp) || (!tagged && !qp->rx_buf_valid)) {
 		spin_unlock_bh(&qp->lock);
 		return;		/* the receive path stops at the next input */
 	}
@@ -851,13 +859,6 @@ static int rx_verify(struct kw_qp *qp, struct sock *sk, struct sk_buff *skb,
 
 /* -------------------------------------- out-of-order placement: parse */
 
-static void ooo_mr_release(struct kw_ooo *o)
-{
-	if (o->mr)
-		kw_mr_put(o->mr);
-	o->mr = NULL;
-}
-
 /* Only Writes and the oldest Read's Response, checked as in order. */
 static int ooo_lookup_stag(void *ctx, u32 stag, u8 opcode,
 			   struct kw_mr_view *v)
@@ -897,14 +898,14 @@ static void ooo_place(void *ctx, void *cookie, u64 off, const void *src,
 	struct kw_ooo *o = qp->ooo;
 
 	spin_lock_bh(&qp->lock);
-	if ((qp->state != KIWARP_QPS_RTS && qp->state != KIWARP_QPS_CLOSING) ||
-	    !kw_mr_access_begin(o->mr)) {
+	if (!rx_placing(qp) || !kw_mr_access_begin(o->mr)) {
 		o->refused = true;
 		spin_unlock_bh(&qp->lock);
 		return;
 	}
 	kw_mr_copy_to(o->mr, off + o->delta, src, len);
 	kw_mr_access_end(o->mr);
+	o->placed += len;
 	/* where it went, in physically contiguous pieces */
 	for (off += o->delta; len && !o->wide;) {
 		u32 n = len;
@@ -919,9 +920,7 @@ static void ooo_place(void *ctx, void *cookie, u64 off, const void *src,
 			o->pc[o->npc++] = (struct kw_ooo_piece){ ph, n };
 		off += n;
 		len -= n;
-		o->placed += n;
 	}
-	o->placed += len;	/* what is left once wide */
 	spin_unlock_bh(&qp->lock);
 }
 
@@ -987,7 +986,7 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 	ok = rx_feed(&o->rx, skb, off, wl) == wl && !kw_rx_failed(&o->rx) &&
 	     o->rx.fpdus == 1 && o->ok && !o->refused &&
 	     o->rx.fpdu_pos == lpos;
-	ooo_mr_release(o);
+	rx_holder_put(&o->mr);
 	if (o->placed)
 		rx_ooo_overwritten_after(o, lpos);
 	if (!ok)

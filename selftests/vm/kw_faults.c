@@ -1180,19 +1180,11 @@ out:
 
 static int enter_ns(const char *name)
 {
-	char path[256];
-	int fd;
+	int ret = name ? kw_enter_netns(name) : 0;
 
-	if (!name)
-		return 0;
-	snprintf(path, sizeof(path), "/run/netns/%s", name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || setns(fd, CLONE_NEWNET)) {
-		perror(path);
-		return -1;
-	}
-	close(fd);
-	return 0;
+	if (ret)
+		fprintf(stderr, "/run/netns/%s: %s\n", name, strerror(-ret));
+	return ret ? -1 : 0;
 }
 
 static int listen_on(struct kw_device *dev, struct kw_listener **l)

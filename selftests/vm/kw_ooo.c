@@ -85,20 +85,6 @@ static int link_up(void)
 		  "tc -n " NS_A " qdisc add dev kwooo0 root netem delay 100ms reorder 100%% gap 2");
 }
 
-static int enter_ns(const char *name)
-{
-	char path[128];
-	int fd, ret;
-
-	snprintf(path, sizeof(path), "/run/netns/%s", name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ret = setns(fd, CLONE_NEWNET) ? -errno : 0;
-	close(fd);
-	return ret;
-}
-
 /* Byte j of Write number w. */
 static uint8_t pat(unsigned w, unsigned j)
 {
@@ -201,7 +187,7 @@ static void server(int wfd, int crc)
 	int ret;
 
 	v.step = 1;
-	if (enter_ns(NS_B) || side_open(&s, BUF + 4096))
+	if (kw_enter_netns(NS_B) || side_open(&s, BUF + 4096))
 		goto out;
 	v.step = 2;
 	inet_pton(AF_INET, ADDR_B, &sin.sin_addr);
@@ -278,7 +264,7 @@ static void client(int crc)
 	unsigned i, j;
 	int ret;
 
-	if (enter_ns(NS_A) || side_open(&s, 2 * PAIRS * CHUNK + 4096))
+	if (kw_enter_netns(NS_A) || side_open(&s, 2 * PAIRS * CHUNK + 4096))
 		_exit(10);
 	inet_pton(AF_INET, ADDR_B, &sin.sin_addr);
 	ret = kw_connect_addr(s.qp, (void *)&sin, sizeof(sin), &cp, NULL, 0, &res);

@@ -64,6 +64,25 @@ static inline int kw_tcp_hooks_param(void)
 	return v;
 }
 
+#ifdef _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+/* Enter the network namespace /run/netns/name (ip netns add); 0 or -errno. */
+static inline int kw_enter_netns(const char *name)
+{
+	char path[128];
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "/run/netns/%s", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = setns(fd, CLONE_NEWNET) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+#endif
+
 /* A TAP comment line, flushed at once: a hang shows where it hangs. */
 static inline void note(const char *fmt, ...)
 {
