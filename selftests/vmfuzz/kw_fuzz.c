@@ -1184,8 +1184,20 @@ static void op_query_modify_qp(struct th *t)
 	if (chance(&t->r, 60)) {
 		struct kiwarp_query_qp q = { .qp = qp };
 
-		if (chance(&t->r, 3))
-			q.reserved = 1;
+		/* out-only fields must be 0 on input */
+		if (chance(&t->r, 3)) {
+			switch (rn(&t->r, 3)) {
+			case 0:
+				q.flags = gen_u32(&t->r) | 1;
+				break;
+			case 1:
+				q.ooo_bytes = 1;
+				break;
+			default:
+				q.peer_ird = 1;
+				break;
+			}
+		}
 		begin(t, "QUERY_QP(fd %d, qp %u)", fd, qp);
 		judge(t, kioctl(t, fd, KIWARP_IOC_QUERY_QP, &q), E_BASE);
 		if (q.state > KIWARP_QPS_ERROR)
