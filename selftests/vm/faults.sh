@@ -41,26 +41,13 @@ esac
 
 A=kwf-a B=kwf-b
 bail() { echo "not ok 1 - faults: $*"; echo "# 0 passed, 1 failed"; exit 1; }
-cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; }
+cleanup() { tools/netpair down kwf; }
 
 [ -c /dev/kiwarp ] || bail "/dev/kiwarp missing (load kiwarp.ko first)"
-modprobe -q veth 2>/dev/null
-[ -n "$netem" ] && modprobe -q sch_netem 2>/dev/null
-cleanup
 trap cleanup EXIT
-ip netns add $A && ip netns add $B || bail "ip netns add (CONFIG_NET_NS?)"
-ip link add kwf0 netns $A type veth peer name kwf1 netns $B ||
-	bail "veth pair (CONFIG_VETH?)"
-for ns in $A $B; do
-	ip -n $ns link set lo up
-done
-ip -n $A addr add 10.77.0.1/24 dev kwf0 && ip -n $A link set kwf0 mtu 1500 up &&
-ip -n $B addr add 10.77.0.2/24 dev kwf1 && ip -n $B link set kwf1 mtu 1500 up ||
-	bail "addresses"
+tools/netpair up kwf 10.77.0 1500 || bail "veth pair between namespaces"
 if [ -n "$netem" ]; then
-	tc -n $A qdisc add dev kwf0 root netem $netem &&
-	tc -n $B qdisc add dev kwf1 root netem $netem ||
-		bail "netem (CONFIG_NET_SCH_NETEM?)"
+	tools/netpair netem kwf ab $netem || bail "netem"  # one word per argument
 fi
 echo "# faults: profile $profile: ${netem:-no netem}"
 # markers on every connection with conn & 2; with the patched kernel's
