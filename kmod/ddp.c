@@ -805,14 +805,12 @@ size_t kw_rx_input(struct kw_rx *rx, const u8 *p, size_t len)
 		if (done == len)
 			break;
 		n = len - done;
+		/* an FPDU begins: with its leading marker, if one is due */
+		if (rx->state == KW_RX_HDR && !rx->hdr_got && !rx->fpdu_open) {
+			rx->fpdu_open = true;
+			rx->fpdu_pos = rx->mpos;
+		}
 		if (rx->markers) {
-			/* an FPDU begins: with its leading marker, if one
-			 * is due here */
-			if (rx->state == KW_RX_HDR && !rx->hdr_got &&
-			    !rx->fpdu_open) {
-				rx->fpdu_open = true;
-				rx->fpdu_pos = rx->mpos;
-			}
 			if (rx->mk_got || !kw_mpa_marker_gap(rx->mpos)) {
 				done += rx_marker(rx, p + done, n);
 				continue;

@@ -563,9 +563,10 @@ struct kw_rx {
 	u32 crc_acc;		/* CRC of the FPDU so far, in wire order */
 	struct kw_ddp_hdr h;
 
-	/* markers (kw_rx_set_markers()): stream position of the next byte,
-	 * and of the current FPDU's ULPDU Length field (past a marker that
-	 * leads the FPDU, once that is in) */
+	/* stream position of the next byte (0: the first after the MPA
+	 * frames), and of the current FPDU's ULPDU Length field (past a
+	 * marker that leads the FPDU, once that is in); markers:
+	 * kw_rx_set_markers() */
 	bool markers;
 	bool fpdu_open;		/* the current FPDU's first byte was seen */
 	u32 mpos, fpdu_pos;

@@ -168,7 +168,8 @@ none:
 /*
  * With the patched kernel's hook (patches/, tcp_set_ofo_hook()), TCP shows
  * us each segment it queues out of order. When the peer's FPDUs carry
- * markers (RFC 5044 section 5) the FPDUs in such a segment can be found,
+ * markers (RFC 5044 section 5), or in aligned mode CRC and the segment
+ * starts with an FPDU (section 8), the FPDUs in such a segment are found,
  * and a tagged one (RDMA Write, Read Response) is placed at once, with every
  * check the in-order path makes, by a parser of its own (qp->ooo->rx). A
  * record of it stays until the in-order parser reaches the same FPDU,
@@ -198,6 +199,8 @@ struct kw_ooo_piece {
 
 struct kw_ooo_rec {
 	u32 pos;		/* stream position of the ULPDU Length field */
+	bool reached;		/* the in-order parser found an FPDU there */
+	bool stale;		/* overwritten: placed again in order */
 	u32 stag;
 	u64 to;
 	struct kw_ooo_piece pc[KW_OOO_PIECES];	/* what it wrote */
@@ -220,6 +223,7 @@ struct kw_ooo {
 	u32 placed;
 	bool ok;		/* a tagged segment completed */
 	bool refused;		/* a placement was refused */
+	bool bogus;		/* see rx_ooo_prune_to() */
 };
 
 /* The position the in-order parser has reached: its open FPDU's. */
@@ -228,16 +232,25 @@ static u32 rx_ooo_cur(const struct kw_rx *rx)
 	return kw_rx_at_fpdu(rx) ? rx->mpos : rx->fpdu_pos;
 }
 
-/* Forget the records of FPDUs before stream position end. */
+/*
+ * Forget the records of FPDUs before stream position end. One the in-order
+ * parser never reached stood where no FPDU starts: what was placed for it
+ * came from the image of an FPDU inside a payload (aligned mode,
+ * rx_ooo_first()), bytes that no message of the stream wrote; o->bogus
+ * then fails the QP (rx_segment_done()).
+ */
 static void rx_ooo_prune_to(struct kw_ooo *o, u32 end)
 {
 	u32 i = 0;
 
 	while (i < o->n) {
-		if ((s32)(o->rec[i].pos - end) < 0)
+		if ((s32)(o->rec[i].pos - end) < 0) {
+			if (!o->rec[i].reached)
+				o->bogus = true;
 			o->rec[i] = o->rec[--o->n];
-		else
+		} else {
 			i++;
+		}
 	}
 }
 
@@ -279,16 +292,14 @@ static void rx_ooo_overwritten(struct kw_ooo *o, struct kw_mr *mr, u64 off,
 			       u32 len)
 {
 	while (len && o->n) {
-		u32 n = len, i = 0;
+		u32 n = len, i;
 		u64 ph = ooo_phys(mr, off, &n);
 
-		while (i < o->n) {
-			const struct kw_ooo_rec *r = &o->rec[i];
+		for (i = 0; i < o->n; i++) {
+			struct kw_ooo_rec *r = &o->rec[i];
 
 			if (ooo_overlaps(r->pc, r->npc, ph, n))
-				o->rec[i] = o->rec[--o->n];
-			else
-				i++;
+				r->stale = true;
 		}
 		off += n;
 		len -= n;
@@ -299,19 +310,17 @@ static void rx_ooo_overwritten(struct kw_ooo *o, struct kw_mr *mr, u64 off,
  * over bytes that a later FPDU placed ahead before it had written. */
 static void rx_ooo_overwritten_after(struct kw_ooo *o, u32 pos)
 {
-	u32 i = 0, j;
+	u32 i, j;
 
-	while (i < o->n) {
-		const struct kw_ooo_rec *r = &o->rec[i];
+	for (i = 0; i < o->n; i++) {
+		struct kw_ooo_rec *r = &o->rec[i];
 		bool hit = o->wide;
 
 		for (j = 0; !hit && j < o->npc; j++)
 			hit = ooo_overlaps(r->pc, r->npc, o->pc[j].start,
 					   o->pc[j].len);
 		if ((s32)(r->pos - pos) > 0 && hit)
-			o->rec[i] = o->rec[--o->n];
-		else
-			i++;
+			r->stale = true;
 	}
 }
 
@@ -337,7 +346,7 @@ static bool rx_ooo_placed(struct kw_qp *qp)
 
 	rx_ooo_prune(qp);
 	r = rx_ooo_find(qp->ooo, rx->fpdu_pos);
-	return r && r->stag == rx->h.stag && r->to == rx->h.to &&
+	return r && !r->stale && r->stag == rx->h.stag && r->to == rx->h.to &&
 	       r->ulpdu_len == rx->ulpdu_len &&
 	       (!rx->crc || r->crc == qp->rx_crc_wire);
 }
@@ -648,11 +657,29 @@ static int rx_segment_done(void *ctx, const struct kw_ddp_hdr *h,
 			   const u8 *payload, u32 placed, struct kw_term *t)
 {
 	struct kw_qp *qp = ctx;
-	int ret = rx_segment_op(qp, h, payload, placed, t);
+	struct kw_ooo *o = qp->ooo;
+	int ret;
 
-	/* this FPDU's record (if any) has served */
-	if (unlikely(qp->ooo && qp->ooo->n))
-		rx_ooo_prune_to(qp->ooo, qp->rx.fpdu_pos + 1);
+	/*
+	 * This FPDU's record (if any) has served, and one inside the FPDU
+	 * (the next FPDU starts at least its length on, markers aside)
+	 * was the image of an FPDU in a payload: fail before the message
+	 * takes effect, whose bytes are placed (rx_ooo_prune_to()).
+	 */
+	if (unlikely(o && o->n)) {
+		struct kw_ooo_rec *r = rx_ooo_find(o, qp->rx.fpdu_pos);
+
+		if (r)
+			r->reached = true;
+		rx_ooo_prune_to(o, qp->rx.fpdu_pos +
+				   kw_mpa_fpdu_len(qp->rx.ulpdu_len));
+	}
+	if (unlikely(o && o->bogus)) {
+		term(t, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
+		     0);
+		return -EPROTO;
+	}
+	ret = rx_segment_op(qp, h, payload, placed, t);
 
 	/* A responder's first valid FPDU lifts its fence (go_rts()). */
 	if (!ret && READ_ONCE(qp->fenced)) {
@@ -866,6 +893,7 @@ static int ooo_lookup_stag(void *ctx, u32 stag, u8 opcode,
 	struct kw_qp *qp = ctx;
 	bool shared = false;
 	u32 i;
+	int ret;
 
 	if (opcode != KW_OP_WRITE && opcode != KW_OP_READ_RESP)
 		return -ENOENT;
@@ -881,7 +909,17 @@ static int ooo_lookup_stag(void *ctx, u32 stag, u8 opcode,
 		if (shared)
 			return -ENOENT;
 	}
-	return rx_lookup(qp, stag, opcode, v, &qp->ooo->mr, &qp->ooo->delta);
+	ret = rx_lookup(qp, stag, opcode, v, &qp->ooo->mr, &qp->ooo->delta);
+	/*
+	 * Not into a remote-write window (an extended socket's receive
+	 * buffer, es.c): the window closes over bytes as the in-order
+	 * stream announces them, which a Write placed ahead would overtake.
+	 */
+	if (!ret && v->windowed) {
+		rx_holder_put(&qp->ooo->mr);
+		ret = -ENOENT;
+	}
+	return ret;
 }
 
 /* Untagged messages are never placed out of order (RFC 5041 section 5:
@@ -959,24 +997,31 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 {
 	struct kw_ooo *o = qp->ooo;
 	struct rx_crc c = { .crc_len = wl - 4, .crc = kw_mpa_crc_init(),
-			    .no_crc = !qp->rx.crc, .markers = true,
-			    .start = s };
+			    .no_crc = !qp->rx.crc,
+			    .markers = qp->mpa.markers_rx, .start = s };
 	u8 op = ctrl[1] & KW_RDMAP_OPCODE_MASK;
+	/* tagged Writes and Read Responses of some size only (the parser
+	 * checks the header completely), and not a copy of a segment that
+	 * came in before */
+	bool take = ulen >= KW_OOO_MIN_ULPDU &&
+		    (ctrl[0] & KW_DDP_FLAG_TAGGED) &&
+		    (op == KW_OP_WRITE || op == KW_OP_READ_RESP) &&
+		    !rx_ooo_find(o, lpos);
 	bool ok;
 
-	/* tagged Writes and Read Responses of some size only; the parser
-	 * checks the header completely */
-	if (ulen < KW_OOO_MIN_ULPDU || !(ctrl[0] & KW_DDP_FLAG_TAGGED) ||
-	    (op != KW_OP_WRITE && op != KW_OP_READ_RESP))
+	/* without markers the next FPDU is found by this one's length: the
+	 * CRC says whether it is one, placed or not */
+	if (!take && qp->mpa.markers_rx)
 		return true;
-	if (rx_ooo_find(o, lpos))
-		return true;	/* a copy of a segment it came in before */
 	if (!rx_skb_crc(skb, off, wl, &c) || c.mk_bad ||
 	    (qp->rx.crc && !kw_mpa_crc_check(c.crc, c.wire)))
 		return false;
+	if (!take)
+		return true;
 
 	kw_rx_init(&o->rx, &kw_ooo_ops, qp, qp->rx.crc, qp->pd_id);
-	kw_rx_set_markers(&o->rx);
+	if (qp->mpa.markers_rx)
+		kw_rx_set_markers(&o->rx);
 	o->rx.mpos = s;
 	kw_rx_verified(&o->rx);		/* CRC (if on) checked above */
 	o->placed = 0;
@@ -987,54 +1032,79 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 	     o->rx.fpdus == 1 && o->ok && !o->refused &&
 	     o->rx.fpdu_pos == lpos;
 	rx_holder_put(&o->mr);
-	if (o->placed)
-		rx_ooo_overwritten_after(o, lpos);
-	if (!ok)
-		return false;
-	if (o->wide)
-		return true;	/* placed, not recorded: placed again in order */
+	if (!o->placed)
+		return ok;
+	rx_ooo_overwritten_after(o, lpos);
+	/*
+	 * A record of what was placed, also when it is to be placed again
+	 * in order (stale): an FPDU placed in part, or over more pieces than
+	 * a record keeps. Either way the in-order parser must find an FPDU
+	 * at its position (rx_ooo_prune_to()).
+	 */
 	o->rec[o->n] = (struct kw_ooo_rec){
-		.pos = lpos, .stag = o->rx.h.stag, .to = o->rx.h.to,
-		.npc = o->npc,
+		.pos = lpos, .stale = !ok || o->wide,
+		.stag = o->rx.h.stag, .to = o->rx.h.to,
+		.npc = o->wide ? 0 : o->npc,
 		.crc = get_unaligned_be32(c.wire), .ulpdu_len = ulen,
 	};
 	memcpy(o->rec[o->n++].pc, o->pc, sizeof(o->pc));
-	return true;
+	return ok;
 }
 
 /*
- * A segment TCP queued out of order: find its first FPDU by a marker
- * (its FPDUPTR points at the ULPDU Length field, 0 if the marker leads
- * the FPDU), then take the FPDUs that follow it one by one while they lie
- * wholly in the segment.
+ * Where the first FPDU in a segment TCP queued out of order starts, as a
+ * stream position; false if none does. With markers, the first marker in
+ * the segment tells (its FPDUPTR points at the ULPDU Length field, 0 if
+ * the marker leads the FPDU). Without (aligned mode, ooo_aligned), the
+ * segment's first byte is taken for an FPDU's, as a sender that aligns
+ * FPDUs with segments (RFC 5044 section 8) puts it, and each FPDU's CRC
+ * (rx_ooo_fpdu()) tells whether the guess and the lengths followed from it
+ * were right - unless a payload carries a crafted image (ooo_aligned).
  */
-static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
+static bool rx_ooo_first(struct kw_qp *qp, struct sk_buff *skb, u32 pos,
+			 u32 *s)
 {
-	struct kw_ooo *o = qp->ooo;
-	u32 pos = TCP_SKB_CB(skb)->seq - o->seq0, len = skb->len;
-	u32 m = ALIGN(pos, KW_MPA_MARKER_SPACING), s, off;
+	u32 m = ALIGN(pos, KW_MPA_MARKER_SPACING), len = skb->len, off;
 	u8 b[KW_MPA_MARKER_LEN];
 
-	rx_ooo_prune(qp);
-	if (o->n == KW_OOO_RECS)
-		return;
+	if (!qp->mpa.markers_rx) {
+		*s = pos;
+		return qp->rx.crc;
+	}
 	for (;; m += KW_MPA_MARKER_SPACING) {
 		u32 ptr;
 
 		off = m - pos;
 		if (off > len || len - off < KW_MPA_MARKER_LEN ||
 		    skb_copy_bits(skb, off, b, KW_MPA_MARKER_LEN))
-			return;
+			return false;
 		ptr = get_unaligned_be16(b + 2) & ~3U;
-		s = m - ptr;
+		*s = m - ptr;
 		/* a marker just in front of the length field leads it */
-		if (ptr && !kw_mpa_marker_gap(s - KW_MPA_MARKER_LEN))
-			s -= KW_MPA_MARKER_LEN;
-		if (s - pos < len)
-			break;		/* this FPDU starts in the segment */
+		if (ptr && !kw_mpa_marker_gap(*s - KW_MPA_MARKER_LEN))
+			*s -= KW_MPA_MARKER_LEN;
+		if (*s - pos < len)
+			return true;	/* this FPDU starts in the segment */
 	}
+}
+
+/*
+ * A segment TCP queued out of order: take the FPDUs from its first one on,
+ * one by one, while they lie wholly in the segment.
+ */
+static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
+{
+	struct kw_ooo *o = qp->ooo;
+	u32 pos = TCP_SKB_CB(skb)->seq - o->seq0, len = skb->len, s, off;
+	bool markers = qp->mpa.markers_rx;
+	u8 b[4];
+
+	rx_ooo_prune(qp);
+	if (o->n == KW_OOO_RECS || o->bogus || !rx_ooo_first(qp, skb, pos, &s))
+		return;
 	while (o->n < KW_OOO_RECS) {
-		u32 lpos = s + (kw_mpa_marker_gap(s) ? 0 : KW_MPA_MARKER_LEN);
+		u32 lpos = s + (!markers || kw_mpa_marker_gap(s) ?
+				0 : KW_MPA_MARKER_LEN);
 		u32 wl;
 		u16 ulen;
 
@@ -1044,7 +1114,9 @@ static void rx_ooo_skb(struct kw_qp *qp, struct sk_buff *skb)
 		if (off > len || len - off < 4 || skb_copy_bits(skb, off, b, 4))
 			return;
 		ulen = get_unaligned_be16(b);
-		wl = kw_mpa_wire_len(s, kw_mpa_fpdu_len(ulen));
+		wl = kw_mpa_fpdu_len(ulen);
+		if (markers)
+			wl = kw_mpa_wire_len(s, wl);
 		off = s - pos;
 		if (wl > len - off ||
 		    !rx_ooo_fpdu(qp, skb, off, s, wl, lpos, ulen, b + 2))
@@ -1226,6 +1298,21 @@ MODULE_PARM_DESC(tcp_hooks,
 		 "Use the patched kernel's TCP hook if it has one (1, the default) or not (0); reads back whether it is used");
 
 /*
+ * Aligned mode (rx_ooo_first()): without markers, but with CRC, take a
+ * segment's first bytes for an FPDU. Off by default: the CRC tells a
+ * segment that starts inside a payload from one that starts an FPDU only
+ * for payloads nobody crafted; a peer that relays data it does not
+ * control (a file, a capture, another protocol's frames) may carry the
+ * image of an FPDU, CRC and all, and a segment that starts at it would be
+ * placed. That is detected once the in-order stream passes it (the QP
+ * fails: rx_ooo_prune_to()), but the bytes were written.
+ */
+static bool ooo_aligned;
+module_param(ooo_aligned, bool, 0644);
+MODULE_PARM_DESC(ooo_aligned,
+		 "With tcp_hooks: also place out of order without markers, taking a segment's first bytes for an FPDU that its CRC confirms (N, the default: markers only; read as each QP starts; see Documentation/architecture.md)");
+
+/*
  * A kernel built with patches/ exports tcp_set_ofo_hook() (GPL): looked up
  * by name, so that one kiwarp.ko loads on stock kernels too.
  */
@@ -1252,7 +1339,8 @@ bool kw_tcp_hooks(void)
 
 /*
  * At RTS, with markers on the peer's FPDUs (which make an FPDU locatable
- * in any segment), and before the first FPDU is parsed or right after:
+ * in any segment) or, in aligned mode, CRC (rx_ooo_first()), and before
+ * the first FPDU is parsed or right after:
  * the parser's position and copied_seq move together under the socket
  * lock, so their difference is the sequence number of position 0.
  */
@@ -1261,7 +1349,8 @@ void kw_rx_ooo_attach(struct kw_qp *qp, struct sock *sk)
 	struct kw_ooo *o;
 
 	sock_owned_by_me(sk);
-	if (!kw_set_ofo_hook || !qp->mpa.markers_rx || qp->ooo)
+	if (!kw_set_ofo_hook || qp->ooo ||
+	    !(qp->mpa.markers_rx || (READ_ONCE(ooo_aligned) && qp->rx.crc)))
 		return;
 	o = kzalloc(sizeof(*o), GFP_KERNEL_ACCOUNT);
 	if (!o)

@@ -255,7 +255,8 @@ host): a QP created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its
 large Sends and Writes too.
 .PP
 On a kernel with kiwarp's TCP patch (\\fBKIWARP_FEAT_TCP_HOOKS\\fR) a QP whose
-peer sends markers places RDMA Writes and Read Responses as their segments
+peer sends markers (or CRC, with the module parameter \\fBooo_aligned\\fR)
+places RDMA Writes and Read Responses as their segments
 arrive, out of order (\\fBKIWARP_QPQ_OOO\\fR in \\fIflags\\fR):
 \\fIrx_bytes\\fR counts the payload bytes placed in order, \\fIooo_bytes\\fR
 those the in-order pass found placed already; together, every payload

@@ -913,6 +913,37 @@ TEST(between_messages)
 	EXPECT_TRUE(kw_rx_between_messages(&tr.rx));
 }
 
+TEST(fpdu_pos_without_markers)
+{
+	/* out-of-order placement (kmod/rx.c) matches FPDUs by the stream
+	 * position of their length field, markers or not: fed byte by byte,
+	 * fpdu_pos is each FPDU's first byte from that byte on */
+	struct kw_tx_msg m = msg_send(1, 110, true);
+	u32 cur = 0, next, i, fpdus = 0;
+	int n;
+
+	m.mulpdu = 60;
+	n = build_msg(&m, pattern, stream, sizeof(stream));
+	ASSERT_GT(n, (int)kw_mpa_fpdu_len(60));
+	world_init(&tr.w);
+	kw_rx_init(&tr.rx, &w_ops, &tr.w, true, W_PD);
+	next = kw_mpa_fpdu_len(get_unaligned_be16(stream));
+	for (i = 0; i < (u32)n; i++) {
+		if (i == next) {
+			cur = next;
+			next += kw_mpa_fpdu_len(get_unaligned_be16(stream + i));
+			fpdus++;
+		}
+		kw_rx_input(&tr.rx, stream + i, 1);
+		ASSERT_FALSE(kw_rx_failed(&tr.rx));
+		EXPECT_EQ(tr.rx.mpos, i + 1);
+		EXPECT_EQ(tr.rx.fpdu_pos, cur);
+	}
+	EXPECT_EQ(next, (u32)n);
+	EXPECT_GE(fpdus, 1);
+	EXPECT_TRUE(kw_rx_between_messages(&tr.rx));
+}
+
 TEST(fpdu_len)
 {
 	EXPECT_EQ(kw_mpa_fpdu_len(0), 8);

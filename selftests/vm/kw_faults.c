@@ -60,9 +60,10 @@
  * Every side of an orderly connection checks that its QP placed exactly
  * the payload bytes it was sent (QUERY_QP: rx_bytes in order plus
  * ooo_bytes ahead of order), so that nothing is lost or placed twice.
- * --markers: connections with conn & 2 ask for MPA markers (with CRC on
- * odd connections, off on even ones); with the patched kernel's hook
- * their tagged data is placed as it arrives, out of order, and
+ * --markers: connections with conn & 2 ask for MPA markers (CRC is on for
+ * odd connections, off on even ones). With the patched kernel's hook the
+ * tagged data of connections with markers (and with CRC, if kiwarp.ko's
+ * ooo_aligned is on) is placed as it arrives, out of order, and
  * --expect-ooo fails the traffic phase if none was.
  *
  * Output is TAP; the last line is "# N passed, N failed".

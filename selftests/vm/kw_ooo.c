@@ -3,9 +3,11 @@
  * kw_ooo: RDMA Writes reordered on purpose, over a veth pair between two
  * network namespaces whose sending end swaps packets (netem "delay 100ms
  * reorder 100% gap 2": every second packet goes at once, the others 100 ms
- * later). With markers on and the patched kernel's hook (patches/), the
- * receiver places the Writes whose segments come first out of order
- * (architecture.md section 3, "Out-of-order placement").
+ * later). With the patched kernel's hook (patches/), and markers or CRC on,
+ * the receiver places the Writes whose segments come first out of order
+ * (architecture.md section 3, "Out-of-order placement"): with markers the
+ * marker locates an FPDU, without them the segment's first bytes are taken
+ * for one and the CRC says whether they were. With neither, nothing is.
  *
  * The Writes come in pairs to the same 1 KiB of the target: the second of
  * each pair must be what stays, whichever of the two arrived first - also
@@ -28,8 +30,12 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include <pthread.h>
+
 #include "kiwarp.h"
 #include "kw_vmtest.h"
+#include "iwarp.h"
+#include "kw_rawpeer.h"
 #include "../unit/harness.h"
 
 #define NS_A	"kwooo-a"
@@ -66,23 +72,35 @@ static int sh(const char *fmt, ...)
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static void link_down(void)
+/* tools/netpair, found from this binary (selftests/vm/kw_ooo) */
+static const char *netpair(void)
 {
-	sh("ip netns del " NS_A " 2>/dev/null; ip netns del " NS_B " 2>/dev/null");
+	static char path[512];
+	ssize_t n;
+	char *dir;
+
+	if (path[0])
+		return path;
+	n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+	if (n <= 0)
+		return strcpy(path, "tools/netpair");	/* from the top */
+	path[n] = 0;
+	dir = strrchr(path, '/');
+	strcpy(dir ? dir + 1 : path, "../../tools/netpair");
+	return path;
 }
 
+static void link_down(void)
+{
+	sh("%s down kwooo", netpair());
+}
+
+/* NS_A: kwooo0 10.79.0.1, NS_B: kwooo1 ADDR_B; A's end swaps packets */
 static int link_up(void)
 {
-	link_down();
-	sh("modprobe -q veth 2>/dev/null; modprobe -q sch_netem 2>/dev/null");
-	return sh("ip netns add " NS_A " && ip netns add " NS_B " && "
-		  "ip link add kwooo0 netns " NS_A " type veth peer name kwooo1 netns " NS_B " && "
-		  "ip -n " NS_A " link set lo up && ip -n " NS_B " link set lo up && "
-		  "ip -n " NS_A " addr add 10.79.0.1/24 dev kwooo0 && "
-		  "ip -n " NS_B " addr add " ADDR_B "/24 dev kwooo1 && "
-		  "ip -n " NS_A " link set kwooo0 mtu 1500 up && "
-		  "ip -n " NS_B " link set kwooo1 mtu 1500 up && "
-		  "tc -n " NS_A " qdisc add dev kwooo0 root netem delay 100ms reorder 100%% gap 2");
+	return sh("%s up kwooo 10.79.0 1500 && "
+		  "%s netem kwooo a delay 100ms reorder 100%% gap 2",
+		  netpair(), netpair());
 }
 
 /* Byte j of Write number w. */
@@ -169,11 +187,10 @@ static uint64_t writes_total(void)
 	return 2ULL * PAIRS * CHUNK + 200;
 }
 
-static void server(int wfd, int crc)
+static void server(int wfd, uint32_t flags)
 {
 	struct kw_conn_param cp = { .mpa_rev = 2, .ird = 8, .ord = 8,
-				    .timeout_ms = 20000, .flags = KIWARP_CONN_MARKERS |
-					     (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) };
+				    .timeout_ms = 20000, .flags = flags };
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(18600) };
 	static struct kw_conn_request req;
 	struct verdict v = { .want = writes_total() + 64 };
@@ -251,11 +268,10 @@ out:
 	_exit(0);
 }
 
-static void client(int crc)
+static void client(uint32_t flags)
 {
 	struct kw_conn_param cp = { .mpa_rev = 2, .ird = 8, .ord = 8,
-				    .timeout_ms = 20000, .flags = KIWARP_CONN_MARKERS |
-					     (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC) };
+				    .timeout_ms = 20000, .flags = flags };
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(18600) };
 	static struct kw_conn_result res;
 	struct kiwarp_cqe e;
@@ -320,18 +336,52 @@ static void client(int crc)
 	_exit(0);
 }
 
-static void run(int *kwt_fail, int crc)
+static void aligned_off(void);
+
+/* kiwarp.ko's ooo_aligned (read as each QP starts); false if absent. Off
+ * again when the program ends, however it ends (an ASSERT). */
+static bool set_aligned(bool on)
 {
+	FILE *f = fopen("/sys/module/kiwarp/parameters/ooo_aligned", "w");
+	static bool registered;
+	bool ok;
+
+	if (!f)
+		return false;
+	if (on && !registered)
+		registered = !atexit(aligned_off);
+	ok = fputs(on ? "Y" : "N", f) >= 0;
+	return !fclose(f) && ok;
+}
+
+static void aligned_off(void)
+{
+	set_aligned(false);
+}
+
+/*
+ * markers: both directions. Without them, in aligned mode (ooo_aligned)
+ * with CRC the receiver takes a segment's first bytes for an FPDU's (RFC
+ * 5044 section 8: kiwarp cuts FPDUs to segments); otherwise nothing is
+ * locatable.
+ */
+static void run(int *kwt_fail, bool markers, bool crc, bool aligned)
+{
+	uint32_t flags = (markers ? KIWARP_CONN_MARKERS : 0) |
+			 (crc ? KIWARP_CONN_CRC : KIWARP_CONN_NO_CRC);
+	bool ahead = kw_tcp_hooks_param() == 1 &&
+		     (markers || (crc && aligned));
 	struct verdict v = { 0 };
 	int p[2], st;
 	pid_t ps, pc;
 
+	ASSERT_TRUE(set_aligned(aligned));
 	ASSERT_EQ(link_up(), 0);
 	ASSERT_EQ(pipe(p), 0);
 	ps = fork();
 	if (!ps) {
 		close(p[0]);
-		server(p[1], crc);
+		server(p[1], flags);
 	}
 	close(p[1]);
 	/* the server listens */
@@ -339,7 +389,7 @@ static void run(int *kwt_fail, int crc)
 	ASSERT_EQ(v.step, 2);
 	pc = fork();
 	if (!pc)
-		client(crc);
+		client(flags);
 	EXPECT_EQ(read(p[0], &v, sizeof(v)), (ssize_t)sizeof(v));
 	waitpid(pc, &st, 0);
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -347,20 +397,284 @@ static void run(int *kwt_fail, int crc)
 	waitpid(ps, &st, 0);
 	close(p[0]);
 	link_down();
-	note("server: step %d, %s; %lld segments queued out of order; placed %llu in order + %llu out of order (want %llu), QP flags %#x, tcp_hooks %d",
-	     v.step, v.ok ? "bytes right" : v.why, v.ofo,
+	set_aligned(false);
+	note("markers %d crc %d aligned %d: server: step %d, %s; %lld segments queued out of order; placed %llu in order + %llu out of order (want %llu), QP flags %#x, tcp_hooks %d",
+	     markers, crc, aligned, v.step, v.ok ? "bytes right" : v.why, v.ofo,
 	     (unsigned long long)v.rx, (unsigned long long)v.ooo,
 	     (unsigned long long)v.want, v.qflags, kw_tcp_hooks_param());
 	EXPECT_EQ(v.ok, 1);
 	/* netem reordered (a fresh namespace: its counters start at 0) */
 	EXPECT_GE(v.ofo, PAIRS / 2);
 	EXPECT_EQ(v.rx + v.ooo, v.want);
-	EXPECT_EQ(!!(v.qflags & KIWARP_QPQ_OOO), kw_tcp_hooks_param() == 1);
-	if (kw_tcp_hooks_param() == 1)
+	EXPECT_EQ(!!(v.qflags & KIWARP_QPQ_OOO), ahead);
+	if (ahead)
 		EXPECT_GT(v.ooo, 0);
 	else
 		EXPECT_EQ(v.ooo, 0);
 }
 
-TEST(reordered_overlapping_writes_crc0) { run(kwt_fail, 0); }
-TEST(reordered_overlapping_writes_crc1) { run(kwt_fail, 1); }
+TEST(reordered_overlapping_writes_crc0) { run(kwt_fail, true, false, false); }
+TEST(reordered_overlapping_writes_crc1) { run(kwt_fail, true, true, false); }
+/* aligned mode: FPDUs at segment starts, confirmed by their CRC */
+TEST(reordered_overlapping_writes_aligned) { run(kwt_fail, false, true, true); }
+/* the same without aligned mode (the default): in order only */
+TEST(reordered_overlapping_writes_crc_only) { run(kwt_fail, false, true, false); }
+/* neither markers nor CRC: nothing locatable, whatever the mode */
+TEST(reordered_overlapping_writes_unlocatable) { run(kwt_fail, false, false, true); }
+
+/*
+ * The attacker's case for aligned mode: a peer relays bytes it does not
+ * control, and they carry the image of an FPDU (a tagged Write with its
+ * CRC) inside the payload of one of its Writes. The raw peer below sends
+ * each such Write as two segments, cut where the image starts; netem
+ * sends one of each pair 100 ms late. When the second half comes first,
+ * aligned mode takes it for an FPDU and places it: bytes no message of
+ * the stream wrote. The in-order stream then passes that position without
+ * an FPDU starting there, and the QP must fail (Terminate: RDMAP, local
+ * catastrophic). Without the hook, or without aligned mode, nothing is
+ * placed ahead: every byte is the outer Writes', the image's target stays
+ * untouched and the QP stays up.
+ */
+#define IMG_LEN		256	/* the image's payload */
+#define IMG_AT		64	/* where the image starts in the payload */
+#define OUTER_LEN	600
+#define ROUNDS		12	/* at most */
+#define W1		0		/* the outer Writes' target */
+#define W2		16384		/* the image's target */
+#define W3		24576		/* the small Writes' */
+
+struct img_end {
+	struct side s;
+	int sock;
+	int ret;
+};
+
+static void *img_accept(void *arg)
+{
+	struct img_end *k = arg;
+	struct kw_conn_param p = { .mpa_rev = 2, .ird = 4, .ord = 4,
+				   .flags = KIWARP_CONN_CRC };
+	static struct kw_conn_request req;
+	static struct kw_conn_result res;
+
+	k->ret = kw_accept(k->s.qp, k->sock, NULL, 10000, &req);
+	if (!k->ret)
+		k->ret = kw_accept_reply(k->s.qp, KIWARP_REPLY_ACCEPT, &p, NULL,
+					 0, &res);
+	return NULL;
+}
+
+/* kiwarp's socket in NS_B, accepted from the raw peer's in NS_A */
+static int img_sockets(int *raw, int *ks)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(18601) };
+	int self = open("/proc/self/ns/net", O_RDONLY), l = -1, ret = -1;
+
+	inet_pton(AF_INET, ADDR_B, &sin.sin_addr);
+	*raw = *ks = -1;
+	if (self < 0 || kw_enter_netns(NS_B))
+		goto out;
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int)) ||
+	    bind(l, (void *)&sin, sizeof(sin)) || listen(l, 1) ||
+	    kw_enter_netns(NS_A))
+		goto out;
+	*raw = socket(AF_INET, SOCK_STREAM, 0);
+	if (*raw < 0 || connect(*raw, (void *)&sin, sizeof(sin))) {
+		if (*raw >= 0)
+			close(*raw);
+		*raw = -1;
+		goto out;
+	}
+	/* each write() one segment */
+	setsockopt(*raw, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+	*ks = accept(l, NULL, NULL);
+	ret = *ks < 0 ? -1 : 0;
+out:
+	if (l >= 0)
+		close(l);
+	if (self >= 0) {
+		if (setns(self, CLONE_NEWNET))
+			ret = -1;
+		close(self);
+	}
+	return ret;
+}
+
+/* Raw MPA rev 2 initiator with CRC, no markers; kiwarp accepts. */
+static int img_connect(struct img_end *k, int raw)
+{
+	struct kw_mpa_cfg cfg = { .rev = 2, .crc = true, .ird = 4, .ord = 4 };
+	struct kw_mpa_frame req, rep;
+	struct kw_mpa_result res;
+	uint8_t buf[600], hdr[KW_MPA_HDR_LEN];
+	pthread_t t;
+	int len;
+
+	pthread_create(&t, NULL, img_accept, k);
+	kw_mpa_make_request(&cfg, &req);
+	len = kw_mpa_encode(&req, NULL, 0, buf, sizeof(buf));
+	if (len < 0 || writen(raw, buf, len) ||
+	    readn(raw, hdr, sizeof(hdr), 10000) ||
+	    kw_mpa_decode_hdr(hdr, true, &rep) ||
+	    readn(raw, buf, rep.pd_len, 10000) || kw_mpa_decode_pd(&rep, buf) ||
+	    kw_mpa_negotiate_initiator(&cfg, &rep, &res) || !res.crc) {
+		pthread_join(t, NULL);
+		return -1;
+	}
+	pthread_join(t, NULL);
+	return k->ret;
+}
+
+/* One outer Write of OUTER_LEN bytes to W1 + r * 1024 that carries, at
+ * IMG_AT, the image of a Write of IMG_LEN bytes to W2 + r * IMG_LEN; sent
+ * as two segments, the second starting with the image. */
+static int img_round(const struct rp *p, struct side *s, unsigned r)
+{
+	static uint8_t img[1024], payload[OUTER_LEN], wire[2048];
+	uint64_t base = (uintptr_t)s->buf;
+	struct kw_tx_msg mi = { .opcode = KW_OP_WRITE, .len = IMG_LEN,
+				.stag = s->mr->stag,
+				.to = base + W2 + r * IMG_LEN };
+	struct kw_tx_msg mo = { .opcode = KW_OP_WRITE, .len = OUTER_LEN,
+				.stag = s->mr->stag, .to = base + W1 + r * 1024 };
+	uint8_t *end;
+	size_t cut, ilen;
+
+	memset(payload, 0xa0 + r, sizeof(payload));
+	memset(img + 512, 0xe0 + r, IMG_LEN);
+	end = rp_build(p, &mi, img + 512, img);
+	if (!end)
+		return -1;
+	ilen = end - img;
+	if (IMG_AT + ilen > OUTER_LEN)
+		return -1;
+	memcpy(payload + IMG_AT, img, ilen);
+	end = rp_build(p, &mo, payload, wire);
+	if (!end)
+		return -1;
+	/* the outer FPDU: length, tagged DDP/RDMAP header, payload */
+	cut = 2 + KW_DDP_TAGGED_HDR_LEN + IMG_AT;
+	if (writen(p->fd, wire, cut))
+		return -1;
+	usleep(20000);
+	if (writen(p->fd, wire + cut, end - wire - cut))
+		return -1;
+	usleep(20000);
+	return 0;
+}
+
+/* A Write of len (< 512) bytes of fill, in one segment. */
+static int img_write(const struct rp *p, struct side *s, uint64_t at,
+		     uint32_t len, uint8_t fill)
+{
+	static uint8_t b[512], wire[1024];
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = len,
+			       .stag = s->mr->stag,
+			       .to = (uintptr_t)s->buf + at };
+	uint8_t *end;
+
+	memset(b, fill, len);
+	end = rp_build(p, &m, b, wire);
+	return end ? writen(p->fd, wire, end - wire) : -1;
+}
+
+/* Bytes of the images placed so far (their target was all 0). */
+static unsigned img_placed(const struct side *s)
+{
+	unsigned j, n = 0;
+
+	for (j = 0; j < ROUNDS * IMG_LEN; j++)
+		n += s->buf[W2 + j] != 0;
+	return n;
+}
+
+static void image_case(int *kwt_fail, bool aligned)
+{
+	bool expect = kw_tcp_hooks_param() == 1 && aligned;
+	struct img_end k = { 0 };
+	struct kiwarp_query_qp q;
+	struct rp_sink sink = { 0 };
+	struct kw_rx rx;
+	struct rp p;
+	int raw, ret;
+	unsigned r, j, w2 = 0, rounds = 0;
+
+	ASSERT_EQ(side_open(&k.s, 65536), 0);
+	ASSERT_EQ(img_sockets(&raw, &k.sock), 0);
+	ASSERT_EQ(img_connect(&k, raw), 0);
+	p = (struct rp){ raw, true };
+	/*
+	 * Round 0 is never placed ahead (the responder waits for its first
+	 * FPDU in order); a round whose image half comes first is. Every
+	 * third round one segment more shifts which half is late (a
+	 * retransmission may shift it too); in aligned mode the rounds stop
+	 * once an image was placed (its Terminate follows).
+	 */
+	for (r = 0; r < ROUNDS && !(expect && img_placed(&k.s)); r++) {
+		if (r % 3 == 2)
+			ASSERT_EQ(img_write(&p, &k.s, W3 + 1024 + r * 16, 8, 0x33), 0);
+		ASSERT_EQ(img_round(&p, &k.s, r), 0);
+		rounds++;
+	}
+	usleep(400000);		/* netem's late halves are in */
+	w2 = img_placed(&k.s);
+	if (expect) {
+		kw_rx_init(&rx, &rp_sink_ops, &sink, true, 0);
+		rp_read(&p, &rx, &sink, 10, NULL);
+		ret = qp_wait_error(k.s.qp, &q, 5);
+		note("aligned mode: %u rounds, %u bytes of the images placed; QP %s, Terminate sent %d/%d/%d",
+		     rounds, w2, kw_qp_state_str(q.state), q.term_sent.layer,
+		     q.term_sent.etype, q.term_sent.ecode);
+		/* the reordering happened and was taken for an FPDU */
+		EXPECT_GT(w2, 0);
+		EXPECT_EQ(ret, 0);
+		EXPECT_TRUE(q.term_sent.valid);
+		EXPECT_EQ(q.term_sent.layer, KW_TERM_LAYER_RDMAP);
+		EXPECT_EQ(q.term_sent.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
+		EXPECT_EQ(q.term_sent.ecode, 0);
+		EXPECT_TRUE(sink.got_term);
+		EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_RDMAP);
+		EXPECT_EQ(sink.term.etype, KW_TERM_RDMAP_ETYPE_CATASTROPHIC);
+	} else {
+		/* a last Write: everything before it was taken in order */
+		ASSERT_EQ(img_write(&p, &k.s, W3, 200, 0x44), 0);
+		usleep(300000);
+		memset(&q, 0, sizeof(q));
+		EXPECT_EQ(kw_query_qp(k.s.qp, &q), 0);
+		note("%u rounds, %u bytes of the images placed, QP %s, %llu bytes placed ahead",
+		     rounds, w2, kw_qp_state_str(q.state),
+		     (unsigned long long)q.ooo_bytes);
+		EXPECT_EQ(q.state, KIWARP_QPS_RTS);
+		EXPECT_EQ(w2, 0);
+		EXPECT_EQ(q.ooo_bytes, 0);
+		/* the outer Writes' bytes around the images, and the last */
+		for (r = 0, j = 0; r < rounds; r++)
+			j += k.s.buf[W1 + r * 1024] != 0xa0 + r ||
+			     k.s.buf[W1 + r * 1024 + OUTER_LEN - 1] != 0xa0 + r;
+		EXPECT_EQ(j, 0);
+		EXPECT_EQ(k.s.buf[W3 + 199], 0x44);
+	}
+	close(raw);
+	close(k.sock);
+	kw_destroy_qp(k.s.qp);
+	kw_dereg_mr(k.s.mr);
+	kw_destroy_cq(k.s.cq);
+	kw_dealloc_pd(k.s.pd);
+	kw_close(k.s.dev);
+	munmap(k.s.buf, 65536);
+}
+
+static void image(int *kwt_fail, bool aligned)
+{
+	ASSERT_TRUE(set_aligned(aligned));
+	ASSERT_EQ(link_up(), 0);
+	image_case(kwt_fail, aligned);
+	link_down();
+	set_aligned(false);
+}
+
+/* aligned mode: the image is placed, then detected (QP fails) */
+TEST(fpdu_image_in_payload_aligned) { image(kwt_fail, true); }
+/* the default: in order only, the image is payload */
+TEST(fpdu_image_in_payload_default) { image(kwt_fail, false); }

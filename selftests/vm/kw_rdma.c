@@ -274,6 +274,7 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	size_t i, max = max_size();
 	const size_t *sz = markers ? msizes : sizes;
 	size_t nsz = markers ? NMSIZES : NSIZES;
+	bool aligned;
 	int ret;
 
 	pair_params(&p, crc, rev, p2p, rtr, markers);
@@ -297,12 +298,14 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 	EXPECT_EQ(q.param.flags & (KIWARP_CONN_MARKERS | KIWARP_CONN_MARKERS_TX),
 		  p.a.res.param.flags & (KIWARP_CONN_MARKERS |
 					 KIWARP_CONN_MARKERS_TX));
-	/* out-of-order placement where the peer's FPDUs carry markers */
+	/* out-of-order placement where the peer's FPDUs carry markers, or
+	 * in aligned mode CRC (FPDUs at the start of a segment) */
+	aligned = crc && kw_ooo_aligned_param() == 1;
 	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
-		  kw_tcp_hooks_param() == 1 && (markers & 1));
+		  kw_tcp_hooks_param() == 1 && ((markers & 1) || aligned));
 	ASSERT_EQ(qp_state(p.b.qp, &q), 0);
 	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_OOO),
-		  kw_tcp_hooks_param() == 1 && !!(markers & 2));
+		  kw_tcp_hooks_param() == 1 && (!!(markers & 2) || aligned));
 
 	for (i = 0; i < nsz && sz[i] <= max; i++) {
 		size_t n = sz[i];

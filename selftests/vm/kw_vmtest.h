@@ -64,6 +64,19 @@ static inline int kw_tcp_hooks_param(void)
 	return v;
 }
 
+/* kiwarp.ko's ooo_aligned: 1 (Y), 0 (N), -1 if unknown */
+static inline int kw_ooo_aligned_param(void)
+{
+	FILE *f = fopen("/sys/module/kiwarp/parameters/ooo_aligned", "r");
+	int c = EOF;
+
+	if (f) {
+		c = fgetc(f);
+		fclose(f);
+	}
+	return c == 'Y' ? 1 : c == 'N' ? 0 : -1;
+}
+
 #ifdef _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>

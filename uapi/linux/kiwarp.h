@@ -466,7 +466,8 @@ struct kiwarp_query_qp {
 /*
  * OOO: the QP places tagged data (RDMA Write, Read Response) that TCP holds
  * out of order as soon as it arrives (KIWARP_FEAT_TCP_HOOKS, markers on the
- * peer's FPDUs: Documentation/architecture.md, "Out-of-order placement").
+ * peer's FPDUs, or CRC with the module parameter ooo_aligned:
+ * Documentation/architecture.md, "Out-of-order placement").
  */
 #define KIWARP_QPQ_OOO		(1U << 1)
 
