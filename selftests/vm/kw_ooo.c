@@ -3,11 +3,12 @@
  * kw_ooo: RDMA Writes reordered on purpose, over a veth pair between two
  * network namespaces whose sending end swaps packets (netem "delay 100ms
  * reorder 100% gap 2": every second packet goes at once, the others 100 ms
- * later). With the patched kernel's hook (patches/), and markers or CRC on,
- * the receiver places the Writes whose segments come first out of order
- * (architecture.md section 3, "Out-of-order placement"): with markers the
- * marker locates an FPDU, without them the segment's first bytes are taken
- * for one and the CRC says whether they were. With neither, nothing is.
+ * later). With the patched kernel's hook (patches/) and markers on, the
+ * receiver places the Writes whose segments come first out of order
+ * (architecture.md section 3, "Out-of-order placement"); in aligned mode
+ * (kiwarp.ko's ooo_aligned) also without markers, with CRC, taking a
+ * segment's first bytes for an FPDU. At the end, the attacker's case of
+ * aligned mode: an FPDU's image inside a payload.
  *
  * The Writes come in pairs to the same 1 KiB of the target: the second of
  * each pair must be what stays, whichever of the two arrived first - also
@@ -27,10 +28,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-
-#include <pthread.h>
 
 #include "kiwarp.h"
 #include "kw_vmtest.h"
