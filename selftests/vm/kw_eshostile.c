@@ -91,7 +91,7 @@ static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
 	};
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
-	u8 pd[KW_RS_CONN_LEN], buf[600], hdr[KW_MPA_HDR_LEN];
+	u8 pd[KW_RS_CONN_LEN], buf[600];
 	int len, step = 0;
 
 	memset(h, 0, sizeof(*h));
@@ -114,10 +114,7 @@ static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
 	len = kw_mpa_encode(&req, pd, sizeof(pd), buf, sizeof(buf));
 	if (len < 0 || writen(h->raw, buf, len))
 		step = 5;
-	else if (readn(h->raw, hdr, sizeof(hdr), 5000) ||
-		 kw_mpa_decode_hdr(hdr, true, &rep) ||
-		 readn(h->raw, buf, rep.pd_len, 5000) ||
-		 kw_mpa_decode_pd(&rep, buf) ||
+	else if (rp_read_frame(h->raw, true, &rep, buf) ||
 		 kw_mpa_negotiate_initiator(&cfg, &rep, &res))
 		step = 6;
 	else if (kw_rs_conn_decode(rep.ulp_pd, rep.ulp_pd_len, &h->es_conn))

@@ -108,7 +108,7 @@ static int raw_connect(struct kend *k)
 				  .ord = 4, .markers = k->markers };
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
-	uint8_t buf[600], hdr[KW_MPA_HDR_LEN];
+	uint8_t buf[KW_MPA_HDR_LEN + KW_MPA_MAX_PD];
 	pthread_t t;
 	int len;
 
@@ -124,9 +124,7 @@ static int raw_connect(struct kend *k)
 	len = kw_mpa_encode(&req, NULL, 0, buf, sizeof(buf));
 	if (len < 0 || writen(k->raw, buf, len))
 		return -2;
-	if (readn(k->raw, hdr, sizeof(hdr), 5000) ||
-	    kw_mpa_decode_hdr(hdr, true, &rep) ||
-	    readn(k->raw, buf, rep.pd_len, 5000) || kw_mpa_decode_pd(&rep, buf) ||
+	if (rp_read_frame(k->raw, true, &rep, buf) ||
 	    kw_mpa_negotiate_initiator(&cfg, &rep, &res))
 		return -3;
 	pthread_join(t, NULL);

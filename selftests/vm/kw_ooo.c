@@ -532,7 +532,7 @@ static int img_connect(struct img_end *k, int raw)
 	struct kw_mpa_cfg cfg = { .rev = 2, .crc = true, .ird = 4, .ord = 4 };
 	struct kw_mpa_frame req, rep;
 	struct kw_mpa_result res;
-	uint8_t buf[600], hdr[KW_MPA_HDR_LEN];
+	uint8_t buf[KW_MPA_HDR_LEN + KW_MPA_MAX_PD];
 	pthread_t t;
 	int len;
 
@@ -540,9 +540,7 @@ static int img_connect(struct img_end *k, int raw)
 	kw_mpa_make_request(&cfg, &req);
 	len = kw_mpa_encode(&req, NULL, 0, buf, sizeof(buf));
 	if (len < 0 || writen(raw, buf, len) ||
-	    readn(raw, hdr, sizeof(hdr), 10000) ||
-	    kw_mpa_decode_hdr(hdr, true, &rep) ||
-	    readn(raw, buf, rep.pd_len, 10000) || kw_mpa_decode_pd(&rep, buf) ||
+	    rp_read_frame(raw, true, &rep, buf) ||
 	    kw_mpa_negotiate_initiator(&cfg, &rep, &res) || !res.crc) {
 		pthread_join(t, NULL);
 		return -1;

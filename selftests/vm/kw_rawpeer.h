@@ -87,6 +87,20 @@ static inline uint8_t *rp_build(const struct rp *p, struct kw_tx_msg *m,
 	return out;
 }
 
+/* Read one MPA frame (a Reply if reply) from fd: header, then its private
+ * data into pd, decoded into *f. 0, or -1. */
+static inline int rp_read_frame(int fd, bool reply, struct kw_mpa_frame *f,
+				uint8_t pd[KW_MPA_MAX_PD])
+{
+	uint8_t hdr[KW_MPA_HDR_LEN];
+
+	if (readn(fd, hdr, sizeof(hdr), 5000) ||
+	    kw_mpa_decode_hdr(hdr, reply, f) ||
+	    readn(fd, pd, f->pd_len, 5000))
+		return -1;
+	return kw_mpa_decode_pd(f, pd) ? -1 : 0;
+}
+
 /*
  * Send a zero-length message of opcode as the RTR (RFC 6581 section 9.2),
  * STag 1 as siw and the RNICs use.

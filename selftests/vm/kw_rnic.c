@@ -114,13 +114,7 @@ static void *k_connect(void *arg)
 static int raw_read_frame(struct kend *k, bool reply, struct kw_mpa_frame *f,
 			  uint8_t pd[KW_MPA_MAX_PD])
 {
-	uint8_t hdr[KW_MPA_HDR_LEN];
-
-	if (readn(k->raw.fd, hdr, sizeof(hdr), 5000) ||
-	    kw_mpa_decode_hdr(hdr, reply, f) ||
-	    readn(k->raw.fd, pd, f->pd_len, 5000))
-		return -1;
-	return kw_mpa_decode_pd(f, pd);
+	return rp_read_frame(k->raw.fd, reply, f, pd);
 }
 
 /* Write an MPA frame, then OR extra bits into its flags byte. */
