@@ -82,16 +82,30 @@ int main(int argc, char **argv)
 {
 	int i, passed = 0, failed = 0;
 
-	/* Optional arguments: run only tests whose name contains one. */
+	/*
+	 * Optional arguments: run only the tests whose name contains one of
+	 * them; an argument starting with '!' instead drops the tests whose
+	 * name contains the rest of it ("!_rev1").
+	 */
 	if (argc > 1) {
-		int n = 0, j;
+		int n = 0, j, incl = 0;
 
-		for (i = 0; i < kwt_ncases; i++)
-			for (j = 1; j < argc; j++)
-				if (strstr(kwt_cases[i].name, argv[j])) {
-					kwt_cases[n++] = kwt_cases[i];
-					break;
-				}
+		for (j = 1; j < argc; j++)
+			incl += argv[j][0] != '!';
+		for (i = 0; i < kwt_ncases; i++) {
+			int in = !incl, out = 0;
+
+			for (j = 1; j < argc; j++) {
+				if (argv[j][0] == '!')
+					out |= !!strstr(kwt_cases[i].name,
+							argv[j] + 1);
+				else
+					in |= !!strstr(kwt_cases[i].name,
+						       argv[j]);
+			}
+			if (in && !out)
+				kwt_cases[n++] = kwt_cases[i];
+		}
 		kwt_ncases = n;
 		if (!n) {	/* a filter that selects nothing is a mistake */
 			printf("TAP version 13\n1..1\nnot ok 1 - %s: no test "
