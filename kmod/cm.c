@@ -873,6 +873,7 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 {
 	const struct proto_ops *orig, *owned = NULL;
 	struct sock *sk = sock->sk;
+	struct kw_path path;
 	int ret = 0;
 
 	lockdep_assert_held(&qp->cm_lock);
@@ -923,6 +924,10 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		__module_get(THIS_MODULE);	/* put when the ops go back */
 		WRITE_ONCE(sock->ops, owned);
 	}
+	kw_path_init(&path, sk);
+	spin_lock_bh(&qp->lock);
+	qp->path = path;
+	spin_unlock_bh(&qp->lock);
 	qp->sock = sock;
 	qp->sock_file = file;
 	qp->sock_borrowed = !!lent;

@@ -65,6 +65,8 @@ enum kw_mmap_kind {
 	((((u64)(kind) << 32) | (u64)(handle)) << PAGE_SHIFT)
 
 /* One per open /dev/kiwarp file. */
+struct kw_paths;
+
 struct kw_ctx {
 	/*
 	 * lock protects: membership of the object tables below and the
@@ -89,6 +91,8 @@ struct kw_ctx {
 
 	struct mm_struct *mm;	/* mmgrab'ed: memlock accounting */
 	bool dying;		/* release() started */
+	/* the QPs' path hints (tx.c); set once, by the first user */
+	struct kw_paths *paths;
 };
 
 struct kw_pd {
@@ -166,6 +170,7 @@ int kw_dev_init(void);
 void kw_dev_exit(void);
 struct kw_ctx *kw_ctx_alloc(void);	/* ERR_PTR; charged to current->mm */
 void kw_ctx_free(struct kw_ctx *ctx);	/* process context, no locks */
+void kw_paths_put(struct kw_paths *t);	/* tx.c; NULL: nothing */
 
 /* ---- mem.c */
 int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);

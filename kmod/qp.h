@@ -12,7 +12,8 @@
  * Locking:
  *   qp->lock (spinlock, BH-safe) protects: state, term_*, the SQ shadow
  *     indices (sq_pulled, sq_done, sq_compl), every swqe's status/done, the
- *     ORQ, the IRQ, the RQ shadow and rq_* indices, tx_pending flags.
+ *     ORQ, the IRQ, the RQ shadow and rq_* indices, tx_pending flags,
+ *     path (written when a socket is taken, constant while it is held).
  *     Never held across a socket call or anything that sleeps.
  *   The receive parser (qp->rx, rx_mr, rx_rqe) is only touched by the
  *     receive path, which TCP serializes (the socket lock / tcp_read_sock),
@@ -87,6 +88,19 @@ struct kw_irq {
 
 struct kw_listener;
 
+/*
+ * The peer as the transmit's path hints know it (tx.c, kw_path_init()):
+ * the socket's network namespace and peer address, set when the socket is
+ * attached and constant from then on.
+ */
+struct kw_path {
+	u64 net;		/* net_cookie */
+	struct in6_addr addr;	/* IPv4 as v4-mapped */
+	int ifindex;		/* sk_bound_dev_if */
+	u16 slot;		/* in the context's hint table */
+	bool set;
+};
+
 struct kw_qp {
 	struct kref ref;
 	u32 handle;
@@ -98,6 +112,7 @@ struct kw_qp {
 	u32 max_sge;
 	u32 copy_max;		/* Sends/Writes up to this are copied (tx.c) */
 	bool copy_adapt;	/* copy_max not given: kw_tx_path_copies() */
+	struct kw_path path;	/* qp->lock; set with sock (take_sock) */
 
 	spinlock_t lock;	/* see the comment at the top of this file */
 	int state;		/* KIWARP_QPS_* */
@@ -334,6 +349,7 @@ void kw_tx_release(struct kw_qp *qp);
 void kw_tx_abandon(struct kw_qp *qp);
 void kw_tx_zc_detach(struct kw_qp *qp);
 bool kw_tx_path_copies(struct kw_qp *qp);
+void kw_path_init(struct kw_path *p, struct sock *sk);
 void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);
 

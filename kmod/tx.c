@@ -43,8 +43,10 @@
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
 #include <linux/highmem.h>
+#include <linux/jhash.h>
 #include <linux/module.h>
 #include <linux/net.h>
+#include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 
@@ -101,6 +103,13 @@ struct kw_zcd {
 	 */
 	unsigned long copied_at;
 	unsigned long hold;
+	/*
+	 * The QP's peer and its context's hints (NULL: no memory for
+	 * them), and what was last noted there (under lock)
+	 */
+	struct kw_path path;
+	struct kw_paths *paths;
+	unsigned long noted_at, noted_hold;
 };
 
 struct kw_txzc {
@@ -110,10 +119,163 @@ struct kw_txzc {
 	struct work_struct work;	/* txzc_done() in kw_wq */
 };
 
+/*
+ * Path hints. What one QP learns from its ubufs' releases (the stack
+ * copied its pages: a peer on this host, a capture on the NIC) is as true
+ * for the other QPs to the same peer, and each QP learned it by sending a
+ * message by reference first: 1000 QPs of one process to one local peer
+ * sent about half of their messages that way (performance.md, "Many
+ * QPs"). So each context (an open /dev/kiwarp, or an extended socket) also
+ * keeps what its QPs were told per peer, (network namespace, bound device,
+ * address), in a small direct-mapped table, and a QP with no hold of its
+ * own in force follows its peer's entry (kw_tx_path_copies()). When the
+ * entry runs out, the next message probes, as with a QP's own hold.
+ *
+ * Per context, not per host: a table shared by all users would let one
+ * watch another's traffic through its slots (evictions, entries it never
+ * wrote), and let a user steer how others transmit.
+ *
+ * Lossy by design: a peer hashing to a taken slot takes it over. A wrong
+ * entry costs a copy where a reference would have done, for at most
+ * KW_TX_HOLD_MAX; copying is always correct. The table is allocated with
+ * the context's first by-reference message and freed with the last of the
+ * context and its QPs' kw_zcds that reference it (a kw_zcd outlives its
+ * QP while skbs do). Entries are written in txzc_done() (softirq or
+ * process, under zcd->lock: zcd->lock -> paths->lock) and read under
+ * qp->lock (BH off, so a softirq writer never interrupts a reader on
+ * its CPU).
+ */
+#define KW_PATH_SLOTS	64
+
+struct kw_path_slot {
+	struct kw_path key;
+	unsigned long copied_at, hold;	/* as struct kw_zcd; hold 0: empty */
+};
+
+struct kw_paths {
+	refcount_t ref;		/* the context's and one per kw_zcd */
+	seqlock_t lock;
+	struct kw_path_slot slot[KW_PATH_SLOTS];
+};
+
+static u32 kw_path_seed __read_mostly;
+
+/* The peer of sk, whose QP is being attached. Process context. */
+void kw_path_init(struct kw_path *p, struct sock *sk)
+{
+	u32 h;
+
+	get_random_once(&kw_path_seed, sizeof(kw_path_seed));
+	memset(p, 0, sizeof(*p));
+	p->net = sock_net(sk)->net_cookie;
+	p->ifindex = READ_ONCE(sk->sk_bound_dev_if);
+#if IS_ENABLED(CONFIG_IPV6)
+	if (sk->sk_family == AF_INET6)
+		p->addr = sk->sk_v6_daddr;
+	else
+#endif
+		ipv6_addr_set_v4mapped(sk->sk_daddr, &p->addr);
+	h = jhash2((const u32 *)&p->addr, 4, kw_path_seed ^ p->ifindex);
+	p->slot = jhash_2words((u32)p->net, (u32)(p->net >> 32), h) %
+		  KW_PATH_SLOTS;
+	p->set = true;
+}
+
+static bool path_eq(const struct kw_path *a, const struct kw_path *b)
+{
+	return a->net == b->net && a->ifindex == b->ifindex &&
+	       ipv6_addr_equal(&a->addr, &b->addr);
+}
+
+/*
+ * The context's table, allocated by its first by-reference message (NULL
+ * if memory is short: no hints, nothing else changes). qp->lock held.
+ */
+static struct kw_paths *paths_get(struct kw_qp *qp)
+{
+	struct kw_paths *t = READ_ONCE(qp->ctx->paths);
+
+	lockdep_assert_held(&qp->lock);
+	if (!t) {
+		t = kzalloc(sizeof(*t), GFP_ATOMIC | __GFP_ACCOUNT |
+					__GFP_NOWARN);
+		if (!t)
+			return NULL;
+		refcount_set(&t->ref, 1);	/* the context's */
+		seqlock_init(&t->lock);
+		/* QPs of one context may transmit on several CPUs */
+		if (cmpxchg(&qp->ctx->paths, NULL, t)) {
+			kfree(t);
+			t = READ_ONCE(qp->ctx->paths);
+		}
+	}
+	refcount_inc(&t->ref);
+	return t;
+}
+
+void kw_paths_put(struct kw_paths *t)
+{
+	if (t && refcount_dec_and_test(&t->ref))
+		kfree(t);
+}
+
+/*
+ * A QP's stack copied its pages, last at "at", and the QP holds for
+ * "hold". Reports come in any order from several CPUs: only a later one
+ * moves the entry, and only one after the entry ran out doubles it (the
+ * answer to a probe). An entry that ran out long ago starts afresh.
+ */
+static void path_note(struct kw_paths *t, const struct kw_path *p,
+		      unsigned long at, unsigned long hold)
+{
+	struct kw_path_slot *s = &t->slot[p->slot];
+	unsigned long end;
+
+	write_seqlock_bh(&t->lock);
+	end = s->copied_at + s->hold;
+	if (!s->hold || !path_eq(&s->key, p) ||
+	    time_after(at, end + KW_TX_HOLD_MAX)) {
+		s->key = *p;
+		s->hold = hold;
+		s->copied_at = at;
+	} else if (time_after(at, s->copied_at)) {
+		if (time_after(at, end) && s->hold < KW_TX_HOLD_MAX)
+			s->hold *= 2;
+		s->hold = max(s->hold, hold);
+		s->copied_at = at;
+	}
+	write_sequnlock_bh(&t->lock);
+}
+
+/* Whether p's entry in qp's context says its stack copies, now. */
+static bool path_copies(struct kw_qp *qp)
+{
+	const struct kw_paths *t = READ_ONCE(qp->ctx->paths);
+	const struct kw_path *p = &qp->path;
+	const struct kw_path_slot *s;
+	unsigned long at, hold;
+	unsigned int seq;
+	bool match;
+
+	lockdep_assert_held(&qp->lock);
+	if (!t || !p->set)
+		return false;
+	s = &t->slot[p->slot];
+	do {
+		seq = read_seqbegin(&t->lock);
+		match = path_eq(&s->key, p);
+		at = s->copied_at;
+		hold = s->hold;
+	} while (read_seqretry(&t->lock, seq));
+	return match && hold && time_in_range(jiffies, at, at + hold);
+}
+
 static void zcd_put(struct kw_zcd *d)
 {
-	if (refcount_dec_and_test(&d->ref))
+	if (refcount_dec_and_test(&d->ref)) {
+		kw_paths_put(d->paths);
 		kfree(d);
+	}
 }
 
 /*
@@ -129,10 +291,19 @@ static void zcd_put(struct kw_zcd *d)
 static void txzc_done(struct kw_txzc *z)
 {
 	struct kw_zcd *d = z->zcd;
+	unsigned long at, hold;
 
 	spin_lock_bh(&d->lock);
 	if (d->qp)
 		kw_qp_wr_released(d->qp, z->sq_idx);
+	/* what the skbs' releases told, for the QP's context (path hints) */
+	at = READ_ONCE(d->copied_at);
+	hold = READ_ONCE(d->hold);
+	if (d->paths && hold && (at != d->noted_at || hold != d->noted_hold)) {
+		path_note(d->paths, &d->path, at, hold);
+		d->noted_at = at;
+		d->noted_hold = hold;
+	}
 	spin_unlock_bh(&d->lock);
 	zcd_put(d);
 	kfree(z);
@@ -175,15 +346,15 @@ static void txzc_complete(struct sk_buff *skb, struct ubuf_info *uarg,
 		unsigned long hold = READ_ONCE(d->hold);
 
 		if (!hold) {
-			WRITE_ONCE(d->copied_at, now);
-			WRITE_ONCE(d->hold, KW_TX_HOLD_MIN);
-		} else {
-			if (!time_in_range(now, at, at + hold) &&
-			    hold < KW_TX_HOLD_MAX)
-				WRITE_ONCE(d->hold, hold * 2);
-			if (at != now)
-				WRITE_ONCE(d->copied_at, now);
+			hold = KW_TX_HOLD_MIN;
+			WRITE_ONCE(d->hold, hold);
+		} else if (!time_in_range(now, at, at + hold) &&
+			   hold < KW_TX_HOLD_MAX) {
+			hold *= 2;
+			WRITE_ONCE(d->hold, hold);
 		}
+		if (at != now)
+			WRITE_ONCE(d->copied_at, now);
 	}
 	if (!refcount_dec_and_test(&uarg->refcnt))
 		return;
@@ -216,6 +387,8 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 		refcount_set(&qp->zcd->ref, 1);	/* the QP's */
 		spin_lock_init(&qp->zcd->lock);
 		qp->zcd->qp = qp;
+		qp->zcd->path = qp->path;
+		qp->zcd->paths = paths_get(qp);
 	}
 	z = kzalloc(sizeof(*z), GFP_ATOMIC);
 	if (!z)
@@ -259,12 +432,15 @@ bool kw_tx_path_copies(struct kw_qp *qp)
 	unsigned long at, hold;
 
 	lockdep_assert_held(&qp->lock);
-	if (!d)
-		return false;
-	hold = READ_ONCE(d->hold);
-	at = READ_ONCE(d->copied_at);
-	/* in range, not before: jiffies wrap on 32-bit */
-	return hold && time_in_range(jiffies, at, at + hold);
+	if (d) {
+		hold = READ_ONCE(d->hold);
+		at = READ_ONCE(d->copied_at);
+		/* in range, not before: jiffies wrap on 32-bit */
+		if (hold && time_in_range(jiffies, at, at + hold))
+			return true;
+	}
+	/* what other QPs to the same peer were told (path hints, above) */
+	return path_copies(qp);
 }
 
 /* Drop our ubuf reference (tx_drop_refs()). Not under qp->lock. */

@@ -249,10 +249,12 @@ page("kw_query_qp", "query queue pair state",
 revision, CRC, P2P, IRD/ORD), \\fImulpdu\\fR (payload bytes per FPDU), the
 payload byte counters and the last Terminate sent and received
 (\\fIterm_sent\\fR, \\fIterm_rcvd\\fR; see \\fBkw_term_str\\fR(3)),
-\\fIcopy_max\\fR, and in \\fIflags\\fR \\fBKIWARP_QPQ_TX_COPIED\\fR when in the
-last second the stack copied pages the QP sent by reference (a peer on this
-host): a QP created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its
-large Sends and Writes too.
+\\fIcopy_max\\fR, and in \\fIflags\\fR \\fBKIWARP_QPQ_TX_COPIED\\fR when lately
+the stack copied pages that this QP, or another QP of the same
+\\fBkw_open\\fR(3) to the same peer address in the same network namespace,
+sent by reference (a peer on this host): a QP
+created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its large Sends and
+Writes too.
 .PP
 On a kernel with kiwarp's TCP patch (\\fBKIWARP_FEAT_TCP_HOOKS\\fR) a QP whose
 peer sends markers (or CRC, with the module parameter \\fBooo_aligned\\fR)

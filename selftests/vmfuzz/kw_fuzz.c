@@ -1140,7 +1140,17 @@ static void op_create_qp(struct th *t)
 	c.rq_entries = chance(&t->r, 80) ? 1 + rn(&t->r, 64) : gen_u32(&t->r);
 	c.max_sge = chance(&t->r, 90) ? rn(&t->r, KIWARP_MAX_SGE + 1) :
 		    gen_u32(&t->r);
-	c.flags = chance(&t->r, 95) ? rn(&t->r, 2) : gen_u32(&t->r);
+	/*
+	 * half with a copy_max of their own: by reference whatever the
+	 * stack does with the pages (a default QP copies once told so, and
+	 * its context's other QPs to the same peer with it)
+	 */
+	c.flags = chance(&t->r, 95) ? rn(&t->r, 4) : gen_u32(&t->r);
+	if (c.flags & KIWARP_QP_COPY_MAX)
+		c.copy_max = chance(&t->r, 90) ? rn(&t->r, 3) * 4096 :
+			     gen_u32(&t->r);
+	else if (chance(&t->r, 2))
+		c.copy_max = gen_u32(&t->r) | 1;
 	if (chance(&t->r, 2))
 		c.reserved = 1;
 	if (chance(&t->r, 2))
