@@ -925,6 +925,7 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 		WRITE_ONCE(sock->ops, owned);
 	}
 	kw_path_init(&path, sk);
+	kw_paths_alloc(qp->ctx);
 	spin_lock_bh(&qp->lock);
 	qp->path = path;
 	spin_unlock_bh(&qp->lock);

@@ -320,7 +320,7 @@ void kw_ctx_free(struct kw_ctx *ctx)
 	xa_destroy(&ctx->mrs);
 	xa_destroy(&ctx->pds);
 	mmdrop(ctx->mm);
-	kw_paths_put(ctx->paths);	/* kw_zcds may hold it longer */
+	kw_paths_free(ctx->paths);	/* after the QPs (tx.c) */
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);
 }

@@ -1392,6 +1392,7 @@ static int es_alloc(struct kw_es *es)
 		es->ctx = NULL;
 		return ret;
 	}
+	es->ctx->one_qp = true;		/* no path hints to share */
 	es->mem = kw_umem_alloc(es->ctx->mm, size, &base);
 	if (IS_ERR(es->mem)) {
 		ret = PTR_ERR(es->mem);

@@ -91,8 +91,13 @@ struct kw_ctx {
 
 	struct mm_struct *mm;	/* mmgrab'ed: memlock accounting */
 	bool dying;		/* release() started */
-	/* the QPs' path hints (tx.c); set once, by the first user */
+	/*
+	 * The QPs' path hints (tx.c): set once, when the first QP takes a
+	 * socket, freed with the context. one_qp: an extended socket's
+	 * context, which has nothing to share and no table.
+	 */
 	struct kw_paths *paths;
+	bool one_qp;
 };
 
 struct kw_pd {
@@ -170,7 +175,8 @@ int kw_dev_init(void);
 void kw_dev_exit(void);
 struct kw_ctx *kw_ctx_alloc(void);	/* ERR_PTR; charged to current->mm */
 void kw_ctx_free(struct kw_ctx *ctx);	/* process context, no locks */
-void kw_paths_put(struct kw_paths *t);	/* tx.c; NULL: nothing */
+void kw_paths_alloc(struct kw_ctx *ctx);	/* tx.c */
+void kw_paths_free(struct kw_paths *t);
 
 /* ---- mem.c */
 int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);

@@ -90,8 +90,8 @@ struct kw_listener;
 
 /*
  * The peer as the transmit's path hints know it (tx.c, kw_path_init()):
- * the socket's network namespace and peer address, set when the socket is
- * attached and constant from then on.
+ * the socket's network namespace, bound device and peer address, set when
+ * the socket is attached and constant from then on.
  */
 struct kw_path {
 	u64 net;		/* net_cookie */

@@ -103,12 +103,8 @@ struct kw_zcd {
 	 */
 	unsigned long copied_at;
 	unsigned long hold;
-	/*
-	 * The QP's peer and its context's hints (NULL: no memory for
-	 * them), and what was last noted there (under lock)
-	 */
+	/* the QP's peer, and what was last noted for it (under lock) */
 	struct kw_path path;
-	struct kw_paths *paths;
 	unsigned long noted_at, noted_hold;
 };
 
@@ -123,27 +119,32 @@ struct kw_txzc {
  * Path hints. What one QP learns from its ubufs' releases (the stack
  * copied its pages: a peer on this host, a capture on the NIC) is as true
  * for the other QPs to the same peer, and each QP learned it by sending a
- * message by reference first: 1000 QPs of one process to one local peer
+ * message by reference first: 1000 QPs of one context to one local peer
  * sent about half of their messages that way (performance.md, "Many
- * QPs"). So each context (an open /dev/kiwarp, or an extended socket) also
- * keeps what its QPs were told per peer, (network namespace, bound device,
- * address), in a small direct-mapped table, and a QP with no hold of its
- * own in force follows its peer's entry (kw_tx_path_copies()). When the
- * entry runs out, the next message probes, as with a QP's own hold.
+ * QPs"). So a context (an open /dev/kiwarp) also keeps what its QPs were
+ * told per peer, (network namespace, bound device, address), in a small
+ * direct-mapped table, and a QP with no hold of its own in force follows
+ * its peer's entry (kw_tx_path_copies()). When the entry runs out, the
+ * next message probes, as with a QP's own hold.
  *
  * Per context, not per host: a table shared by all users would let one
  * watch another's traffic through its slots (evictions, entries it never
- * wrote), and let a user steer how others transmit.
+ * wrote), and let a user steer how others transmit. An extended socket's
+ * context has one QP and no table.
  *
  * Lossy by design: a peer hashing to a taken slot takes it over. A wrong
  * entry costs a copy where a reference would have done, for at most
- * KW_TX_HOLD_MAX; copying is always correct. The table is allocated with
- * the context's first by-reference message and freed with the last of the
- * context and its QPs' kw_zcds that reference it (a kw_zcd outlives its
- * QP while skbs do). Entries are written in txzc_done() (softirq or
- * process, under zcd->lock: zcd->lock -> paths->lock) and read under
- * qp->lock (BH off, so a softirq writer never interrupts a reader on
- * its CPU).
+ * KW_TX_HOLD_MAX; copying is always correct.
+ *
+ * Lifetime: the context's, allocated when its first QP takes a socket
+ * (kw_paths_alloc(), process context, charged) and freed with it. Entries
+ * are written in txzc_done() only while the kw_zcd still has its QP
+ * (under zcd->lock, which kw_tx_zc_detach() takes to clear zcd->qp before
+ * the QP, and so the context, can go): zcd->lock -> paths->lock, a leaf.
+ * Readers hold qp->lock (so BH is off and no writer, all in softirq or
+ * with BH off, runs on the reader's CPU inside the read: a writer that
+ * interrupted a reader would only make it retry, a reader that
+ * interrupted a writer would spin forever).
  */
 #define KW_PATH_SLOTS	64
 
@@ -153,7 +154,6 @@ struct kw_path_slot {
 };
 
 struct kw_paths {
-	refcount_t ref;		/* the context's and one per kw_zcd */
 	seqlock_t lock;
 	struct kw_path_slot slot[KW_PATH_SLOTS];
 };
@@ -181,6 +181,32 @@ void kw_path_init(struct kw_path *p, struct sock *sk)
 	p->set = true;
 }
 
+/*
+ * The context's table, if it has none yet (a QP takes its socket; process
+ * context). Failing leaves the context without hints: nothing else
+ * changes.
+ */
+void kw_paths_alloc(struct kw_ctx *ctx)
+{
+	struct kw_paths *t;
+
+	if (READ_ONCE(ctx->paths) || ctx->one_qp)
+		return;
+	t = kzalloc(sizeof(*t), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!t)
+		return;
+	seqlock_init(&t->lock);
+	/* QPs of one context take their sockets concurrently */
+	if (cmpxchg(&ctx->paths, NULL, t))
+		kfree(t);
+}
+
+/* With the context, after its QPs (kw_ctx_free()). */
+void kw_paths_free(struct kw_paths *t)
+{
+	kfree(t);
+}
+
 static bool path_eq(const struct kw_path *a, const struct kw_path *b)
 {
 	return a->net == b->net && a->ifindex == b->ifindex &&
@@ -188,41 +214,9 @@ static bool path_eq(const struct kw_path *a, const struct kw_path *b)
 }
 
 /*
- * The context's table, allocated by its first by-reference message (NULL
- * if memory is short: no hints, nothing else changes). qp->lock held.
- */
-static struct kw_paths *paths_get(struct kw_qp *qp)
-{
-	struct kw_paths *t = READ_ONCE(qp->ctx->paths);
-
-	lockdep_assert_held(&qp->lock);
-	if (!t) {
-		t = kzalloc(sizeof(*t), GFP_ATOMIC | __GFP_ACCOUNT |
-					__GFP_NOWARN);
-		if (!t)
-			return NULL;
-		refcount_set(&t->ref, 1);	/* the context's */
-		seqlock_init(&t->lock);
-		/* QPs of one context may transmit on several CPUs */
-		if (cmpxchg(&qp->ctx->paths, NULL, t)) {
-			kfree(t);
-			t = READ_ONCE(qp->ctx->paths);
-		}
-	}
-	refcount_inc(&t->ref);
-	return t;
-}
-
-void kw_paths_put(struct kw_paths *t)
-{
-	if (t && refcount_dec_and_test(&t->ref))
-		kfree(t);
-}
-
-/*
  * A QP's stack copied its pages, last at "at", and the QP holds for
- * "hold". Reports come in any order from several CPUs: only a later one
- * moves the entry, and only one after the entry ran out doubles it (the
+ * "hold". Reports come in any order from several CPUs: an earlier one
+ * changes nothing, and only one after the entry ran out doubles it (the
  * answer to a probe). An entry that ran out long ago starts afresh.
  */
 static void path_note(struct kw_paths *t, const struct kw_path *p,
@@ -238,7 +232,7 @@ static void path_note(struct kw_paths *t, const struct kw_path *p,
 		s->key = *p;
 		s->hold = hold;
 		s->copied_at = at;
-	} else if (time_after(at, s->copied_at)) {
+	} else if (time_after_eq(at, s->copied_at)) {
 		if (time_after(at, end) && s->hold < KW_TX_HOLD_MAX)
 			s->hold *= 2;
 		s->hold = max(s->hold, hold);
@@ -247,7 +241,7 @@ static void path_note(struct kw_paths *t, const struct kw_path *p,
 	write_sequnlock_bh(&t->lock);
 }
 
-/* Whether p's entry in qp's context says its stack copies, now. */
+/* Whether qp's peer's entry in its context says its stack copies, now. */
 static bool path_copies(struct kw_qp *qp)
 {
 	const struct kw_paths *t = READ_ONCE(qp->ctx->paths);
@@ -272,10 +266,8 @@ static bool path_copies(struct kw_qp *qp)
 
 static void zcd_put(struct kw_zcd *d)
 {
-	if (refcount_dec_and_test(&d->ref)) {
-		kw_paths_put(d->paths);
+	if (refcount_dec_and_test(&d->ref))
 		kfree(d);
-	}
 }
 
 /*
@@ -294,15 +286,23 @@ static void txzc_done(struct kw_txzc *z)
 	unsigned long at, hold;
 
 	spin_lock_bh(&d->lock);
-	if (d->qp)
+	if (d->qp) {
+		struct kw_paths *t = READ_ONCE(d->qp->ctx->paths);
+
+		/*
+		 * What the skbs' releases told, for the other QPs of the
+		 * context (path hints), before the WR completes: whoever
+		 * sees the completion finds the hint in place.
+		 */
+		at = READ_ONCE(d->copied_at);
+		hold = READ_ONCE(d->hold);
+		if (t && hold &&
+		    (at != d->noted_at || hold != d->noted_hold)) {
+			path_note(t, &d->path, at, hold);
+			d->noted_at = at;
+			d->noted_hold = hold;
+		}
 		kw_qp_wr_released(d->qp, z->sq_idx);
-	/* what the skbs' releases told, for the QP's context (path hints) */
-	at = READ_ONCE(d->copied_at);
-	hold = READ_ONCE(d->hold);
-	if (d->paths && hold && (at != d->noted_at || hold != d->noted_hold)) {
-		path_note(d->paths, &d->path, at, hold);
-		d->noted_at = at;
-		d->noted_hold = hold;
 	}
 	spin_unlock_bh(&d->lock);
 	zcd_put(d);
@@ -388,7 +388,6 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 		spin_lock_init(&qp->zcd->lock);
 		qp->zcd->qp = qp;
 		qp->zcd->path = qp->path;
-		qp->zcd->paths = paths_get(qp);
 	}
 	z = kzalloc(sizeof(*z), GFP_ATOMIC);
 	if (!z)

@@ -251,8 +251,8 @@ payload byte counters and the last Terminate sent and received
 (\\fIterm_sent\\fR, \\fIterm_rcvd\\fR; see \\fBkw_term_str\\fR(3)),
 \\fIcopy_max\\fR, and in \\fIflags\\fR \\fBKIWARP_QPQ_TX_COPIED\\fR when lately
 the stack copied pages that this QP, or another QP of the same
-\\fBkw_open\\fR(3) to the same peer address in the same network namespace,
-sent by reference (a peer on this host): a QP
+\\fBkw_open\\fR(3) to the same peer address (and bound device) in the same
+network namespace, sent by reference (a peer on this host): a QP
 created without \\fBKW_QP_INIT_COPY_MAX\\fR then copies its large Sends and
 Writes too.
 .PP

@@ -1546,13 +1546,16 @@ TEST(local_peer_given_copy_max_stays_by_reference)
  * acknowledged. QP 3 (same context and address, another namespace), QP 4
  * (same context and namespace, ::1) and QP 5 (another context) learned
  * nothing. Once the hint ran out, QP 2 goes by reference again (and is
- * told itself).
+ * told itself). QP 1 has a copy_max of its own, so every Write of it goes
+ * by reference and renews the hint; a QP 2 that sent by reference in a
+ * try is made anew, so that what it knows is only the hint.
  */
 TEST(local_copy_learned_per_peer)
 {
 	enum { LARGE = 64 * 1024 };
 	struct pair p1 = { .sndbuf = 1 << 20 }, p2 = { .sndbuf = 1 << 20 };
 	struct pair p3 = { 0 }, p4 = { .family = AF_INET6 }, p5 = { 0 };
+	struct kw_device *dev;
 	struct pair *others[] = { &p3, &p4, &p5 };
 	struct kiwarp_query_qp q;
 	struct kiwarp_cqe cqe;
@@ -1565,8 +1568,10 @@ TEST(local_copy_learned_per_peer)
 	ASSERT_GE(ns_a, 0);
 	ASSERT_EQ(shell("ip link set lo up && "
 			"tc qdisc add dev lo root netem loss 0%"), 0);
+	p1.a.qp_flags = KW_QP_INIT_COPY_MAX;
+	p1.a.copy_max = KIWARP_COPY_MAX_DEFAULT;
 	ASSERT_EQ(pair_connect(&p1, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
-	p2.a.share = p3.a.share = p4.a.share = p1.a.dev;
+	dev = p2.a.share = p3.a.share = p4.a.share = p1.a.dev;
 	ASSERT_EQ(pair_connect(&p2, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(pair_connect(&p4, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(pair_connect(&p5, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
@@ -1577,10 +1582,8 @@ TEST(local_copy_learned_per_peer)
 	ASSERT_EQ(kw_query_qp(p2.a.qp, &q), 0);
 	EXPECT_EQ(q.flags, 0);
 	fill(p1.a.buf, LARGE, 41);
-	fill(p2.a.buf, LARGE, 43);
 	want = malloc(LARGE);
 	ASSERT_TRUE(want != NULL);
-	memcpy(want, p2.a.buf, LARGE);
 
 	/*
 	 * QP 1's Write by reference is copied on delivery; then every packet
@@ -1590,11 +1593,13 @@ TEST(local_copy_learned_per_peer)
 	 * between: QP 1's Write completed, so its skbs were released, and
 	 * a Write of QP 2 by reference is dropped, which reports no copy).
 	 * If not, as under a slow emulator, it completes once the loss
-	 * ends and the whole is tried again.
+	 * ends, and the whole is tried again with a new QP 2.
 	 */
 	for (try = 0; try < 5; try++) {
 		if (try)
 			ASSERT_EQ(shell("tc qdisc change dev lo root netem loss 0%"), 0);
+		fill(p2.a.buf, LARGE, 43);
+		memcpy(want, p2.a.buf, LARGE);
 		ASSERT_EQ(post_write(&p1, 0, LARGE), 1);
 		ASSERT_EQ(poll_cqe_for(p1.a.scq, &cqe, 30), 1);
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
@@ -1613,6 +1618,11 @@ TEST(local_copy_learned_per_peer)
 		ASSERT_EQ(shell("tc qdisc change dev lo root netem loss 0%"), 0);
 		ASSERT_EQ(poll_cqe_for(p2.a.scq, &cqe, 30), 1);
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		pair_fini(&p2);		/* it knows for itself now */
+		p2 = (struct pair){ .sndbuf = 1 << 20 };
+		p2.a.share = dev;
+		ASSERT_EQ(pair_connect(&p2, 4 * MIB, KIWARP_ACCESS_ALL,
+				       KIWARP_ACCESS_ALL), 0);
 	}
 	ASSERT_LT(try, 5);
 	/* copied: completes unacknowledged */

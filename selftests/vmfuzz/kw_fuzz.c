@@ -1155,11 +1155,13 @@ static void op_create_qp(struct th *t)
 		c.reserved = 1;
 	if (chance(&t->r, 2))
 		c.sq.prod_off = 1;
-	begin(t, "CREATE_QP(fd %d, pd %u, scq %u, rcq %u, sq %u, rq %u, sge %u, flags %#x)",
+	begin(t, "CREATE_QP(fd %d, pd %u, scq %u, rcq %u, sq %u, rq %u, sge %u, flags %#x, copy_max %u)",
 	      fd, c.pd, c.send_cq, c.recv_cq, c.sq_entries, c.rq_entries,
-	      c.max_sge, c.flags);
+	      c.max_sge, c.flags, c.copy_max);
 	ret = judge(t, kioctl(t, fd, KIWARP_IOC_CREATE_QP, &c),
 		    E_BASE | E(ENOMEM) | E(ENOSPC) | E(EBUSY));
+	if (!ret && c.copy_max && !(c.flags & KIWARP_QP_COPY_MAX))
+		finding(t, "CREATE_QP took a copy_max without its flag");
 	if (ret)
 		return;
 	lock_tbl();

@@ -461,10 +461,11 @@ struct kiwarp_query_qp {
  * first such report; then one message goes by reference again to see, and
  * each probe that finds the pages copied again doubles the time, up to
  * 64 s. What one QP is told holds for the other QPs of its context (one
- * open of the device) to the same peer address in the same network
- * namespace: they copy for the same while, even those that never sent by
- * reference themselves, and report TX_COPIED too. On a QP created with
- * KIWARP_QP_COPY_MAX the flag is only information.
+ * open of the device) to the same peer address, through the same bound
+ * device, in the same network namespace: they copy for about the same
+ * while, even those that never sent by reference themselves, and report
+ * TX_COPIED too. On a QP created with KIWARP_QP_COPY_MAX the flag is only
+ * information.
  */
 #define KIWARP_QPQ_TX_COPIED	(1U << 0)
 /*
