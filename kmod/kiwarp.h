@@ -64,9 +64,9 @@ enum kw_mmap_kind {
 #define KW_MMAP_OFFSET(kind, handle) \
 	((((u64)(kind) << 32) | (u64)(handle)) << PAGE_SHIFT)
 
-/* One per open /dev/kiwarp file. */
 struct kw_paths;
 
+/* One per open /dev/kiwarp file. */
 struct kw_ctx {
 	/*
 	 * lock protects: membership of the object tables below and the
