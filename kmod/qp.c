@@ -3,6 +3,8 @@
  * Queue pairs: shared rings, work request intake and completion, the QP
  * state machine and flushing. Locking rules are in qp.h.
  */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
 #include <linux/slab.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
@@ -689,7 +691,7 @@ void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 	term_queue_locked(qp, t, bad, bad_len);
 	qp->state = KIWARP_QPS_TERMINATE;
 	spin_unlock_bh(&qp->lock);
-	pr_debug("kiwarp: qp %u: sending Terminate layer %u type %u code 0x%02x\n",
+	pr_debug("qp %u: sending Terminate layer %u type %u code 0x%02x\n",
 		 qp->handle, t->layer, t->etype, t->ecode);
 	kw_qp_kick_tx(qp);
 	qp_queue_abort(qp);	/* if the Terminate cannot get out */
@@ -715,7 +717,7 @@ static void abort_work(struct work_struct *w)
 	stuck = qp->state == KIWARP_QPS_TERMINATE || qp->term_pending;
 	spin_unlock_bh(&qp->lock);
 	if (!READ_ONCE(qp->dying) && (stuck || kw_qp_zc_in_tcp(qp))) {
-		pr_debug("kiwarp: qp %u: %s after the failure: resetting the stream\n",
+		pr_debug("qp %u: %s after the failure: resetting the stream\n",
 			 qp->handle, stuck ? "Terminate still not sent" :
 			 "by-reference data still unacknowledged");
 		kw_cm_abort(qp);

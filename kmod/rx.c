@@ -8,6 +8,8 @@
  * receive buffers, and to copy payload straight from the skb into the
  * pinned destination pages. There is no intermediate buffer.
  */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
 #include <linux/module.h>
 #include <linux/skbuff.h>
 #include <net/tcp.h>
@@ -1322,7 +1324,7 @@ void kw_tcp_hooks_init(void)
 		kw_set_ofo_hook = __symbol_get("tcp_set_ofo_hook");
 	tcp_hooks = !!kw_set_ofo_hook;
 	if (tcp_hooks)
-		pr_info("kiwarp: TCP hooks: out-of-order placement (tcp_set_ofo_hook)\n");
+		pr_info("TCP hooks: out-of-order placement (tcp_set_ofo_hook)\n");
 }
 
 void kw_tcp_hooks_exit(void)

@@ -42,6 +42,8 @@
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
 #include <linux/highmem.h>
 #include <linux/jhash.h>
 #include <linux/module.h>
@@ -1193,6 +1195,134 @@ static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 }
 
 /* Build a message for send WR wr. Caller holds qp->lock. */
+/*
+ * A Read Request for rr, the ORQ entry that awaits its Response (sq_idx:
+ * its SQ slot, ~0 for the RTR Read) and the message that carries it. The
+ * caller checked that the ORQ has room. qp->lock held.
+ */
+static void tx_read_req(struct kw_qp *qp, const struct kw_read_req *rr,
+			u32 sq_idx)
+{
+	lockdep_assert_held(&qp->lock);
+	qp->orq[qp->orq_tail++ & (KW_MAX_ORD - 1)] = (struct kw_orq){
+		.sq_idx = sq_idx,
+		.sink_stag = rr->sink_stag,
+		.sink_to = rr->sink_to,
+		.len = rr->size,
+	};
+	kw_read_req_encode(rr, qp->tx_inline);
+	msg_init(qp, KW_OP_READ_REQ, 0);
+	msg_untagged(qp, KW_QN_READ_REQ);
+	qp->tx_msg.inline_data = qp->tx_inline;
+	qp->tx_msg.inline_len = KW_READ_REQ_LEN;
+}
+
+/* The RDMAP opcode of a Send WR */
+static u8 send_opcode(u32 wr_opcode)
+{
+	switch (wr_opcode) {
+	case KIWARP_WR_SEND_SE:
+		return KW_OP_SEND_SE;
+	case KIWARP_WR_SEND_INV:
+		return KW_OP_SEND_INV;
+	case KIWARP_WR_SEND_SE_INV:
+		return KW_OP_SEND_SE_INV;
+	default:
+		return KW_OP_SEND;
+	}
+}
+
+enum tx_sq_verdict {
+	TX_SQ_GO,	/* the WR goes now */
+	TX_SQ_DONE,	/* completed without transmitting: the next one */
+	TX_SQ_WAIT,	/* not yet (ORD reached, fence) */
+	TX_SQ_FAIL,	/* the QP stops here (tx_pick_sq()'s local_error) */
+};
+
+/*
+ * Whether the SQ's next WR can go now; a WR that completes here (failed
+ * validation, no Reads allowed, a Read after the peer's FIN, a Local
+ * Invalidate) is consumed (sq_tx). qp->lock held.
+ */
+static enum tx_sq_verdict tx_sq_check(struct kw_qp *qp, struct kw_wr *wr)
+{
+	const struct kiwarp_wqe *w = &wr->wqe;
+
+	lockdep_assert_held(&qp->lock);
+	if (wr->done) {		/* failed validation at pull */
+		qp->sq_tx++;
+		return TX_SQ_FAIL;
+	}
+	if (w->opcode == KIWARP_WR_RDMA_READ && !qp->orq_size) {
+		/* ORD 0 (the peer's IRD was 0): no Reads at all
+		 * (RFC 5040 section 6.1, RFC 6581 section 9.1) */
+		wr->status = KIWARP_WC_LOC_QP_OP_ERR;
+		wr->done = true;
+		qp->sq_tx++;
+		return TX_SQ_FAIL;
+	}
+	if (w->opcode == KIWARP_WR_RDMA_READ && qp->peer_closed) {
+		/* no Response can come after the peer's FIN */
+		wr->status = KIWARP_WC_WR_FLUSH_ERR;
+		wr->done = true;
+		qp->sq_tx++;
+		qp->tx_local_done = true;
+		return TX_SQ_DONE;
+	}
+	if (w->opcode == KIWARP_WR_RDMA_READ &&
+	    qp->orq_tail - qp->orq_head >= qp->orq_size)
+		return TX_SQ_WAIT;	/* ORD reached: wait for a response */
+	if ((w->flags & KIWARP_WR_FENCE) && qp->orq_tail != qp->orq_head)
+		return TX_SQ_WAIT;	/* fence: prior Reads first */
+	if (w->opcode != KIWARP_WR_LOCAL_INV)
+		return TX_SQ_GO;
+	/* a local operation, in order with the transmit */
+	qp->sq_tx++;
+	wr->status = kw_mr_invalidate(w->inv_stag, qp->pd_id) ?
+		     KIWARP_WC_LOC_PROT_ERR : KIWARP_WC_SUCCESS;
+	wr->done = true;
+	qp->tx_local_done = true;
+	return wr->status == KIWARP_WC_SUCCESS ? TX_SQ_DONE : TX_SQ_FAIL;
+}
+
+/*
+ * A Send or Write about to go: hold its MRs, note where its data ends in
+ * the stream, and choose copy or page reference. qp->lock held.
+ */
+static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
+{
+	lockdep_assert_held(&qp->lock);
+	tx_hold_sges(qp, wr);
+	qp->tx_kind = KW_TXK_SQ;
+	/*
+	 * Only we write to this socket and the previous message is
+	 * entirely in TCP, so the WR's data ends exactly its wire length
+	 * past write_seq. Knowing that before the first byte goes out, a
+	 * flush racing with the end of the transmission can tell a
+	 * delivered WR from an undelivered one.
+	 */
+	wr->byte_len = wr->len;
+	wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
+		      kw_tx_msg_wire_len(&qp->tx_msg);
+	/*
+	 * Up to copy_max bytes are copied into the socket and the WR
+	 * completes as soon as TCP has them (tx_finish()); larger ones go
+	 * by page reference and complete once TCP saw them acknowledged
+	 * and no skb holds the pages (tx_zc, above), unless the stack
+	 * copies them anyway (kw_tx_path_copies()). With markers every WR
+	 * is copied, so end_seq (used only for WRs awaiting their ACK)
+	 * leaves markers out.
+	 */
+	qp->tx_copy = wr->len <= qp->copy_max || qp->mpa.markers_tx ||
+		      (qp->copy_adapt && kw_tx_path_copies(qp));
+	if (!qp->tx_copy) {
+		qp->tx_zc = txzc_new(qp, idx);
+		qp->tx_copy = !qp->tx_zc;	/* no memory: copy */
+	}
+	wr->await_ack = !qp->tx_copy;
+	wr->held = !qp->tx_copy;
+}
+
 static bool tx_pick_sq(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->lock);
@@ -1200,54 +1330,25 @@ static bool tx_pick_sq(struct kw_qp *qp)
 		u32 idx = qp->sq_tx;
 		struct kw_wr *wr = &qp->sq_wr[idx & (qp->sq.entries - 1)];
 		const struct kiwarp_wqe *w = &wr->wqe;
-		struct kw_read_req rr;
-		struct kw_orq *o;
 
-		if (wr->done) {		/* failed validation at pull */
-			qp->sq_tx++;
-			goto local_error;
-		}
-		if (w->opcode == KIWARP_WR_RDMA_READ && !qp->orq_size) {
-			/* ORD 0 (the peer's IRD was 0): no Reads at all
-			 * (RFC 5040 section 6.1, RFC 6581 section 9.1) */
-			wr->status = KIWARP_WC_LOC_QP_OP_ERR;
-			wr->done = true;
-			qp->sq_tx++;
-			goto local_error;
-		}
-		if (w->opcode == KIWARP_WR_RDMA_READ && qp->peer_closed) {
-			/* no Response can come after the peer's FIN */
-			wr->status = KIWARP_WC_WR_FLUSH_ERR;
-			wr->done = true;
-			qp->sq_tx++;
-			qp->tx_local_done = true;
+		switch (tx_sq_check(qp, wr)) {
+		case TX_SQ_GO:
+			break;
+		case TX_SQ_DONE:
 			continue;
+		case TX_SQ_WAIT:
+			return false;
+		case TX_SQ_FAIL:
+			goto local_error;
 		}
-		if (w->opcode == KIWARP_WR_RDMA_READ &&
-		    qp->orq_tail - qp->orq_head >= qp->orq_size)
-			return false;	/* ORD reached: wait for a response */
-		if ((w->flags & KIWARP_WR_FENCE) && qp->orq_tail != qp->orq_head)
-			return false;	/* fence: prior Reads first */
-
 		qp->sq_tx++;
 		qp->tx_sq_idx = idx;
 		switch (w->opcode) {
-		case KIWARP_WR_LOCAL_INV:
-			wr->status = kw_mr_invalidate(w->inv_stag, qp->pd_id) ?
-				KIWARP_WC_LOC_PROT_ERR : KIWARP_WC_SUCCESS;
-			wr->done = true;
-			qp->tx_local_done = true;
-			if (wr->status != KIWARP_WC_SUCCESS)
-				goto local_error;
-			continue;
 		case KIWARP_WR_SEND:
 		case KIWARP_WR_SEND_SE:
 		case KIWARP_WR_SEND_INV:
 		case KIWARP_WR_SEND_SE_INV:
-			msg_init(qp, w->opcode == KIWARP_WR_SEND ? KW_OP_SEND :
-				 w->opcode == KIWARP_WR_SEND_SE ? KW_OP_SEND_SE :
-				 w->opcode == KIWARP_WR_SEND_INV ? KW_OP_SEND_INV :
-				 KW_OP_SEND_SE_INV, wr->len);
+			msg_init(qp, send_opcode(w->opcode), wr->len);
 			msg_untagged(qp, KW_QN_SEND);
 			if (w->opcode == KIWARP_WR_SEND_INV ||
 			    w->opcode == KIWARP_WR_SEND_SE_INV)
@@ -1258,56 +1359,21 @@ static bool tx_pick_sq(struct kw_qp *qp)
 			qp->tx_msg.stag = w->rkey;
 			qp->tx_msg.to = w->remote_addr;
 			break;
-		case KIWARP_WR_RDMA_READ:
-			rr = (struct kw_read_req){
+		case KIWARP_WR_RDMA_READ: {
+			struct kw_read_req rr = {
 				.sink_stag = w->num_sge ? w->sge[0].lkey : 0,
 				.sink_to = w->num_sge ? w->sge[0].addr : 0,
 				.size = wr->len,
 				.src_stag = w->rkey,
 				.src_to = w->remote_addr,
 			};
-			o = &qp->orq[qp->orq_tail++ & (KW_MAX_ORD - 1)];
-			o->sq_idx = idx;
-			o->sink_stag = rr.sink_stag;
-			o->sink_to = rr.sink_to;
-			o->len = rr.size;
-			kw_read_req_encode(&rr, qp->tx_inline);
-			msg_init(qp, KW_OP_READ_REQ, 0);
-			msg_untagged(qp, KW_QN_READ_REQ);
-			qp->tx_msg.inline_data = qp->tx_inline;
-			qp->tx_msg.inline_len = KW_READ_REQ_LEN;
+
+			tx_read_req(qp, &rr, idx);
 			qp->tx_kind = KW_TXK_SQ;
 			return true;
 		}
-		tx_hold_sges(qp, wr);
-		qp->tx_kind = KW_TXK_SQ;
-		/*
-		 * Only we write to this socket and the previous message is
-		 * entirely in TCP, so the WR's data ends exactly its wire
-		 * length past write_seq. Knowing that before the first byte
-		 * goes out, a flush racing with the end of the transmission
-		 * can tell a delivered WR from an undelivered one.
-		 */
-		wr->byte_len = wr->len;
-		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
-			      kw_tx_msg_wire_len(&qp->tx_msg);
-		/*
-		 * Up to copy_max bytes are copied into the socket and the WR
-		 * completes as soon as TCP has them (tx_finish()); larger
-		 * ones go by page reference and complete once TCP saw them
-		 * acknowledged and no skb holds the pages (tx_zc, above),
-		 * unless the stack copies them anyway (kw_tx_path_copies()).
-		 * With markers every WR is copied, so end_seq (used only
-		 * for WRs awaiting their ACK) leaves markers out.
-		 */
-		qp->tx_copy = wr->len <= qp->copy_max || qp->mpa.markers_tx ||
-			      (qp->copy_adapt && kw_tx_path_copies(qp));
-		if (!qp->tx_copy) {
-			qp->tx_zc = txzc_new(qp, idx);
-			qp->tx_copy = !qp->tx_zc;	/* no memory: copy */
 		}
-		wr->await_ack = !qp->tx_copy;
-		wr->held = !qp->tx_copy;
+		tx_sq_data(qp, wr, idx);
 		return true;
 	}
 	return false;
@@ -1348,7 +1414,6 @@ static bool tx_pick(struct kw_qp *qp)
 		struct kw_read_req rr = {
 			.sink_stag = KW_RTR_STAG, .src_stag = KW_RTR_STAG,
 		};
-		struct kw_orq *o;
 
 		qp->rtr_send = false;
 		qp->tx_kind = KW_TXK_RTR;
@@ -1362,16 +1427,7 @@ static bool tx_pick(struct kw_qp *qp)
 			msg_untagged(qp, KW_QN_SEND);
 			return true;
 		case KW_RTR_READ:
-			o = &qp->orq[qp->orq_tail++ & (KW_MAX_ORD - 1)];
-			o->sq_idx = ~0U;
-			o->sink_stag = KW_RTR_STAG;
-			o->sink_to = 0;
-			o->len = 0;
-			kw_read_req_encode(&rr, qp->tx_inline);
-			msg_init(qp, KW_OP_READ_REQ, 0);
-			msg_untagged(qp, KW_QN_READ_REQ);
-			qp->tx_msg.inline_data = qp->tx_inline;
-			qp->tx_msg.inline_len = KW_READ_REQ_LEN;
+			tx_read_req(qp, &rr, ~0U);
 			return true;
 		}
 	}
@@ -1544,7 +1600,7 @@ fail:
 		kw_qp_fail(qp, &revoked, NULL, 0);
 		goto again;
 	}
-	pr_debug("kiwarp: qp %u: transmit failed: %d\n", qp->handle, ret);
+	pr_debug("qp %u: transmit failed: %d\n", qp->handle, ret);
 	tx_abandon(qp);
 	kw_qp_set_error(qp);
 	return false;
