@@ -1002,7 +1002,7 @@ static int go_rts(struct kw_qp *qp, const struct kw_mpa_result *res,
 	qp->tx_bvec = bvec;
 	qp->tx_bvec_max = nbvec;
 	qp->tx_bvec_fpdu = fpdu_bvec;
-	/* ORD 0: no Reads (tx_pick_sq() fails them); an RTR Read needs no
+	/* ORD 0: no Reads (tx_sq_check() fails them); an RTR Read needs no
 	 * ORD (RFC 6581 section 9.1) */
 	qp->orq_size = min_t(u32, res->ord, KW_MAX_ORD);
 	qp->irq_size = clamp_t(u32, res->ird, 1, KW_MAX_IRD);

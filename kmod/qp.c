@@ -496,7 +496,7 @@ static void flush_locked(struct kw_qp *qp)
 	 * whose data TCP already saw acknowledged (the ACK usually arrives
 	 * with the peer's FIN that brought us here) was delivered: it
 	 * completes successfully rather than flushed. (Its end sequence is
-	 * known from the moment its transmission starts, see tx_pick_sq().)
+	 * known from the moment its transmission starts, see tx_sq_data().)
 	 *
 	 * A flushed WR sent by reference stays held until no skb has its
 	 * pages: TCP would still send them (and the application's next use
@@ -625,7 +625,7 @@ void kw_qp_set_error(struct kw_qp *qp)
  * RFC 5041 section 6.2.1: DDP "SHOULD ... continue to process outbound
  * data transfer requests normally". Nothing can arrive any more, so the
  * posted receives and the Reads still waiting for their Response are
- * flushed now (Reads posted later flush in tx_pick_sq()); the Read
+ * flushed now (Reads posted later flush in tx_sq_check()); the Read
  * Responses the peer is owed and the send queue still go out, and then
  * tx_work closes our half and the QP goes to ERROR, as after
  * KIWARP_MODIFY_CLOSE. A responder still fenced (no FPDU received, or no

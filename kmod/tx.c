@@ -1194,11 +1194,11 @@ static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 	qp->tx_nsge = n;
 }
 
-/* Build a message for send WR wr. Caller holds qp->lock. */
 /*
  * A Read Request for rr, the ORQ entry that awaits its Response (sq_idx:
- * its SQ slot, ~0 for the RTR Read) and the message that carries it. The
- * caller checked that the ORQ has room. qp->lock held.
+ * its SQ slot, ~0 for the RTR Read, which goes first, into an empty ORQ)
+ * and the message that carries it. An SQ Read's caller checked that the
+ * ORQ has room. qp->lock held.
  */
 static void tx_read_req(struct kw_qp *qp, const struct kw_read_req *rr,
 			u32 sq_idx)
@@ -1323,6 +1323,10 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	wr->held = !qp->tx_copy;
 }
 
+/*
+ * The next message from the SQ, if one may go: the WRs that complete
+ * without transmitting are done on the way. qp->lock held.
+ */
 static bool tx_pick_sq(struct kw_qp *qp)
 {
 	lockdep_assert_held(&qp->lock);
