@@ -405,78 +405,78 @@ static bool rx_sges_ok(struct kw_rx *rx, u32 off, u32 len)
 	return true;
 }
 
-/* Untagged checks, RFC 5041 section 5.3/7.2 and RFC 5040 section 5.1 */
-static bool rx_untagged(struct kw_rx *rx, u32 len)
+/* An untagged buffer error (RFC 5041 section 7.2): false */
+static bool rx_untagged_error(struct kw_rx *rx, u8 code)
+{
+	rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED, code);
+	return false;
+}
+
+/* The queue and MSN: RFC 5041 section 5.3/7.2 and RFC 5040 section 5.1 */
+static bool rx_untagged_queue(struct kw_rx *rx)
 {
 	const struct kw_ddp_hdr *h = &rx->h;
-	u32 want_qn, i, sum = 0;
-	int ret;
+	u32 want_qn;
 
-	rx->buf = NULL;
 	/* RFC 5041 section 7.2: RDMAP defines queues 0, 1 and 2 only */
-	if (h->qn > KW_QN_TERMINATE) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_INV_QN);
-		return false;
-	}
+	if (h->qn > KW_QN_TERMINATE)
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_QN);
 	/* RFC 5040 section 5.1: Sends on QN 0, Read Requests on QN 1,
 	 * Terminate on QN 2; anything else targets a queue that has no
 	 * buffer for that message: invalid QN. */
 	want_qn = h->opcode == KW_OP_READ_REQ ? KW_QN_READ_REQ :
 		  h->opcode == KW_OP_TERMINATE ? KW_QN_TERMINATE : KW_QN_SEND;
-	if (h->qn != want_qn) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_INV_QN);
-		return false;
-	}
+	if (h->qn != want_qn)
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_QN);
 	/* RFC 5041 section 5.3/7.2: MSN must be the next message of the
 	 * queue (TCP delivers in order, so nothing else is in range). */
-	if (h->msn != rx->msn[h->qn]) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_INV_MSN_RANGE);
+	if (h->msn != rx->msn[h->qn])
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_MSN_RANGE);
+	return true;
+}
+
+/* A Read Request or Terminate (QN 1, 2): one segment, into rx->inl */
+static bool rx_single_segment(struct kw_rx *rx, u32 len)
+{
+	const struct kw_ddp_hdr *h = &rx->h;
+
+	/* Single-segment messages start at MO 0 (RFC 5041 7.2) */
+	if (h->mo != 0)
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_MO);
+	/*
+	 * RFC 5040 section 4.4: a Read Request is exactly one segment with
+	 * a 28-byte header; section 4.8: a Terminate is one segment with at
+	 * least its control word. A malformed one leaves the stream
+	 * unusable; RFC 5040 7.2 has no narrower code than "catastrophic,
+	 * localized".
+	 */
+	if (!h->last ||
+	    (h->opcode == KW_OP_READ_REQ && len != KW_READ_REQ_LEN) ||
+	    (h->opcode == KW_OP_TERMINATE && len < 4)) {
+		rx_error(rx, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_REMOTE_OP,
+			 KW_TERM_RDMAP_CATASTROPHIC_STREAM);
 		return false;
 	}
-	if (h->qn != KW_QN_SEND) {
-		/* Single-segment messages start at MO 0 (RFC 5041 7.2) */
-		if (h->mo != 0) {
-			rx_error(rx, KW_TERM_LAYER_DDP,
-				 KW_TERM_DDP_ETYPE_UNTAGGED,
-				 KW_TERM_DDP_U_INV_MO);
-			return false;
-		}
-		/*
-		 * RFC 5040 section 4.4: a Read Request is exactly one
-		 * segment with a 28-byte header; section 4.8: a Terminate
-		 * is one segment with at least its control word. A
-		 * malformed one leaves the stream unusable; RFC 5040 7.2
-		 * has no narrower code than "catastrophic, localized".
-		 */
-		if (!h->last ||
-		    (h->opcode == KW_OP_READ_REQ && len != KW_READ_REQ_LEN) ||
-		    (h->opcode == KW_OP_TERMINATE && len < 4)) {
-			rx_error(rx, KW_TERM_LAYER_RDMAP,
-				 KW_TERM_RDMAP_ETYPE_REMOTE_OP,
-				 KW_TERM_RDMAP_CATASTROPHIC_STREAM);
-			return false;
-		}
-		/* No buffer can take a larger Terminate: RFC 5041 7.2 */
-		if (len > sizeof(rx->inl)) {
-			rx_error(rx, KW_TERM_LAYER_DDP,
-				 KW_TERM_DDP_ETYPE_UNTAGGED,
-				 KW_TERM_DDP_U_MSG_TOO_LONG);
-			return false;
-		}
-		return true;
-	}
+	/* No buffer can take a larger Terminate: RFC 5041 7.2 */
+	if (len > sizeof(rx->inl))
+		return rx_untagged_error(rx, KW_TERM_DDP_U_MSG_TOO_LONG);
+	return true;
+}
+
+/* A Send's segment (QN 0): the posted buffer for its MSN takes it */
+static bool rx_send_buf(struct kw_rx *rx, u32 len)
+{
+	const struct kw_ddp_hdr *h = &rx->h;
+	u32 i, sum = 0;
+	int ret;
+
 	/* RFC 5041 section 7.2: no posted buffer for this MSN */
 	ret = rx->ops->get_rx_buf(rx->ctx, h->msn, &rx->buf);
 	if (ret == -EFAULT)
 		goto local;	/* one is posted, but unusable */
 	if (ret || !rx->buf) {
 		rx->buf = NULL;
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_INV_MSN_NOBUF);
-		return false;
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_MSN_NOBUF);
 	}
 	/*
 	 * A malformed posted buffer or SGE without Local Write is our own
@@ -495,16 +495,10 @@ static bool rx_untagged(struct kw_rx *rx, u32 len)
 	 * MO" (section 7.2); an MO inside (or at its end) with a segment
 	 * running past the end, "DDP Message too long", as siw reports it.
 	 */
-	if (h->mo > rx->buf->total) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_INV_MO);
-		return false;
-	}
-	if ((u64)h->mo + len > rx->buf->total) {
-		rx_error(rx, KW_TERM_LAYER_DDP, KW_TERM_DDP_ETYPE_UNTAGGED,
-			 KW_TERM_DDP_U_MSG_TOO_LONG);
-		return false;
-	}
+	if (h->mo > rx->buf->total)
+		return rx_untagged_error(rx, KW_TERM_DDP_U_INV_MO);
+	if ((u64)h->mo + len > rx->buf->total)
+		return rx_untagged_error(rx, KW_TERM_DDP_U_MSG_TOO_LONG);
 	if (!rx_sges_ok(rx, h->mo, len))
 		goto local;
 	return true;
@@ -513,6 +507,17 @@ local:
 	rx_error(rx, KW_TERM_LAYER_RDMAP, KW_TERM_RDMAP_ETYPE_CATASTROPHIC,
 		 0);
 	return false;
+}
+
+/* Untagged checks, RFC 5041 section 5.3/7.2 and RFC 5040 section 5.1 */
+static bool rx_untagged(struct kw_rx *rx, u32 len)
+{
+	rx->buf = NULL;
+	if (!rx_untagged_queue(rx))
+		return false;
+	if (rx->h.qn != KW_QN_SEND)
+		return rx_single_segment(rx, len);
+	return rx_send_buf(rx, len);
 }
 
 /* The header (MPA length + DDP/RDMAP header) is complete: validate. */
