@@ -445,52 +445,49 @@ static void rx_terminate(struct kw_qp *qp, const u8 *payload, u32 len)
 	kw_qp_term_received(qp, &ti, term_status(&t));
 }
 
+/*
+ * RFC 5040 section 7.2: the Data Source validates the source STag, bounds
+ * and Remote Read right. False with the remote protection error's code.
+ */
+static bool read_src_ok(const struct kw_qp *qp, const struct kw_read_req *r,
+			const struct kw_mr *mr, u8 *code)
+{
+	if (!mr || !READ_ONCE(mr->valid))
+		*code = KW_TERM_RDMAP_INV_STAG;
+	else if (mr->pd_id != qp->pd_id)
+		*code = KW_TERM_RDMAP_STAG_NOT_ASSOC;
+	else if (!(mr->access & KIWARP_ACCESS_REMOTE_READ))
+		*code = KW_TERM_RDMAP_ACCESS;
+	/*
+	 * Our Read Response segments carry sink TOs: a sink range that
+	 * wraps could only produce segments the peer must refuse, so refuse
+	 * the request (the sink is otherwise the requester's to check, RFC
+	 * 5041 section 7).
+	 */
+	else if (r->src_to + r->size < r->src_to ||
+		 r->sink_to + r->size < r->sink_to)
+		*code = KW_TERM_RDMAP_TO_WRAP;
+	else if (r->src_to < mr->addr ||
+		 r->src_to + r->size > mr->addr + mr->len)
+		*code = KW_TERM_RDMAP_BASE_BOUNDS;
+	else
+		return true;
+	return false;
+}
+
 static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
 {
 	struct kw_read_req r;
 	struct kw_mr *mr = NULL;
 	struct kw_irq *e;
+	u8 code;
 
 	kw_read_req_decode(payload, &r);
 	if (r.size) {
-		/* RFC 5040 section 7.2: the Data Source validates the
-		 * source STag, bounds and Remote Read right. */
 		mr = kw_mr_get(r.src_stag);
-		if (!mr || !READ_ONCE(mr->valid)) {
+		if (!read_src_ok(qp, &r, mr, &code)) {
 			term(t, KW_TERM_LAYER_RDMAP,
-			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
-			     KW_TERM_RDMAP_INV_STAG);
-			goto bad;
-		}
-		if (mr->pd_id != qp->pd_id) {
-			term(t, KW_TERM_LAYER_RDMAP,
-			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
-			     KW_TERM_RDMAP_STAG_NOT_ASSOC);
-			goto bad;
-		}
-		if (!(mr->access & KIWARP_ACCESS_REMOTE_READ)) {
-			term(t, KW_TERM_LAYER_RDMAP,
-			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
-			     KW_TERM_RDMAP_ACCESS);
-			goto bad;
-		}
-		/*
-		 * Our Read Response segments carry sink TOs: a sink range
-		 * that wraps could only produce segments the peer must
-		 * refuse, so refuse the request (the sink is otherwise the
-		 * requester's to check, RFC 5041 section 7).
-		 */
-		if (r.src_to + r.size < r.src_to ||
-		    r.sink_to + r.size < r.sink_to) {
-			term(t, KW_TERM_LAYER_RDMAP,
-			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
-			     KW_TERM_RDMAP_TO_WRAP);
-			goto bad;
-		}
-		if (r.src_to < mr->addr || r.src_to + r.size > mr->addr + mr->len) {
-			term(t, KW_TERM_LAYER_RDMAP,
-			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT,
-			     KW_TERM_RDMAP_BASE_BOUNDS);
+			     KW_TERM_RDMAP_ETYPE_REMOTE_PROT, code);
 			goto bad;
 		}
 	}
