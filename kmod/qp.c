@@ -798,18 +798,9 @@ void kw_qp_kick_tx(struct kw_qp *qp)
 
 /* --------------------------------------------------------------- ioctls */
 
-int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
+/* CREATE_QP's arguments as given (reserved fields, flags, sizes) */
+static int qp_create_check(const struct kiwarp_create_qp *arg)
 {
-	struct kw_pd *pd;
-	struct kw_cq *scq, *rcq;
-	struct kw_qp *qp;
-	u32 id;
-	int ret;
-
-	/* ORQ/IRQ slots are indexed with a mask */
-	BUILD_BUG_ON(KW_MAX_ORD & (KW_MAX_ORD - 1));
-	BUILD_BUG_ON(KW_MAX_IRD & (KW_MAX_IRD - 1));
-
 	if (arg->reserved || arg->handle ||
 	    (arg->flags & ~(KIWARP_QP_SIGNAL_ALL | KIWARP_QP_COPY_MAX)) ||
 	    (!(arg->flags & KIWARP_QP_COPY_MAX) && arg->copy_max))
@@ -821,10 +812,19 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 	    !arg->rq_entries || arg->rq_entries > KW_MAX_QP_WR ||
 	    arg->max_sge > KIWARP_MAX_SGE)
 		return -EINVAL;
+	return 0;
+}
+
+/* A new QP with its rings and tables, not yet bound to a PD or CQs */
+static struct kw_qp *qp_alloc(struct kw_ctx *ctx,
+			      const struct kiwarp_create_qp *arg)
+{
+	struct kw_qp *qp;
+	int ret;
 
 	qp = kzalloc(sizeof(*qp), GFP_KERNEL_ACCOUNT);
 	if (!qp)
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 	kref_init(&qp->ref);
 	spin_lock_init(&qp->lock);
 	mutex_init(&qp->cm_lock);
@@ -858,6 +858,31 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 		goto err_free;
 	qp->orq_size = KW_MAX_ORD;
 	qp->irq_size = KW_MAX_IRD;
+	return qp;
+
+err_free:
+	kw_qp_put(qp);
+	return ERR_PTR(ret);
+}
+
+int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
+{
+	struct kw_pd *pd;
+	struct kw_cq *scq, *rcq;
+	struct kw_qp *qp;
+	u32 id;
+	int ret;
+
+	/* ORQ/IRQ slots are indexed with a mask */
+	BUILD_BUG_ON(KW_MAX_ORD & (KW_MAX_ORD - 1));
+	BUILD_BUG_ON(KW_MAX_IRD & (KW_MAX_IRD - 1));
+
+	ret = qp_create_check(arg);
+	if (ret)
+		return ret;
+	qp = qp_alloc(ctx, arg);
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
 
 	mutex_lock(&ctx->lock);
 	ret = -EINVAL;
@@ -899,7 +924,6 @@ int kw_qp_create(struct kw_ctx *ctx, struct kiwarp_create_qp *arg)
 
 err_unlock:
 	mutex_unlock(&ctx->lock);
-err_free:
 	kw_qp_put(qp);
 	return ret;
 }
