@@ -289,31 +289,30 @@ KW_HIDDEN int kw__ring_geometry_ok(uint32_t entries, uint32_t prod_off,
  * Map one ring. user_produces: SQ/RQ (our head is the producer index);
  * otherwise CQ (our head is the consumer index).
  */
-static int ring_map(int fd, struct kw_ring *r, uint32_t entries,
-		    uint32_t prod_off, uint32_t cons_off, uint32_t ring_off,
-		    uint64_t mmap_offset, uint64_t mmap_size,
-		    size_t entry_size, int user_produces)
+static int ring_map(int fd, struct kw_ring *r,
+		    const struct kiwarp_ring_info *ri, size_t entry_size,
+		    int user_produces)
 {
 	int saved = errno, ret;
 	char *base;
 
-	if (!kw__ring_geometry_ok(entries, prod_off, cons_off, ring_off,
-				  mmap_size, entry_size))
+	if (!kw__ring_geometry_ok(ri->ring_entries, ri->prod_off, ri->cons_off,
+				  ri->ring_off, ri->mmap_size, entry_size))
 		return -EPROTO;
-	base = mmap(NULL, (size_t)mmap_size, PROT_READ | PROT_WRITE,
-		    MAP_SHARED, fd, (off_t)mmap_offset);
+	base = mmap(NULL, (size_t)ri->mmap_size, PROT_READ | PROT_WRITE,
+		    MAP_SHARED, fd, (off_t)ri->mmap_offset);
 	if (base == MAP_FAILED) {
 		ret = -errno;
 		errno = saved;
 		return ret;
 	}
 	r->map = base;
-	r->map_size = (size_t)mmap_size;
-	r->prod = (uint32_t *)(base + prod_off);
-	r->cons = (uint32_t *)(base + cons_off);
-	r->entries_base = base + ring_off;
-	r->entries = entries;
-	r->mask = entries - 1;
+	r->map_size = (size_t)ri->mmap_size;
+	r->prod = (uint32_t *)(base + ri->prod_off);
+	r->cons = (uint32_t *)(base + ri->cons_off);
+	r->entries_base = base + ri->ring_off;
+	r->entries = ri->ring_entries;
+	r->mask = ri->ring_entries - 1;
 	/*
 	 * Start from whatever the kernel initialised (0 in practice). The
 	 * index we own is only ever written by us afterwards.
@@ -336,6 +335,7 @@ KW_EXPORT int kw_create_cq(struct kw_device *dev, uint32_t entries,
 			   struct kw_cq **cqp)
 {
 	struct kiwarp_create_cq arg;
+	struct kiwarp_ring_info ri;
 	struct kiwarp_handle h = { 0 };
 	struct kw_cq *cq;
 	int ret;
@@ -355,9 +355,15 @@ KW_EXPORT int kw_create_cq(struct kw_device *dev, uint32_t entries,
 		free(cq);
 		return ret;
 	}
-	ret = ring_map(dev->fd, &cq->ring, arg.ring_entries, arg.prod_off,
-		       arg.cons_off, arg.ring_off, arg.mmap_offset,
-		       arg.mmap_size, sizeof(struct kiwarp_cqe), 0);
+	ri = (struct kiwarp_ring_info){
+		.ring_entries = arg.ring_entries,
+		.prod_off = arg.prod_off,
+		.cons_off = arg.cons_off,
+		.ring_off = arg.ring_off,
+		.mmap_offset = arg.mmap_offset,
+		.mmap_size = arg.mmap_size,
+	};
+	ret = ring_map(dev->fd, &cq->ring, &ri, sizeof(struct kiwarp_cqe), 0);
 	if (!ret && arg.ring_entries < entries)
 		ret = -EPROTO;
 	if (ret) {
@@ -602,15 +608,11 @@ KW_EXPORT int kw_create_qp(struct kw_pd *pd, const struct kw_qp_init_attr *attr,
 		free(qp);
 		return ret;
 	}
-	ret = ring_map(pd->dev->fd, &qp->sq, arg.sq.ring_entries,
-		       arg.sq.prod_off, arg.sq.cons_off, arg.sq.ring_off,
-		       arg.sq.mmap_offset, arg.sq.mmap_size,
+	ret = ring_map(pd->dev->fd, &qp->sq, &arg.sq,
 		       sizeof(struct kiwarp_wqe), 1);
 	if (!ret)
-		ret = ring_map(pd->dev->fd, &qp->rq, arg.rq.ring_entries,
-			       arg.rq.prod_off, arg.rq.cons_off,
-			       arg.rq.ring_off, arg.rq.mmap_offset,
-			       arg.rq.mmap_size, sizeof(struct kiwarp_wqe), 1);
+		ret = ring_map(pd->dev->fd, &qp->rq, &arg.rq,
+			       sizeof(struct kiwarp_wqe), 1);
 	if (!ret && (arg.sq.ring_entries < attr->sq_entries ||
 		     arg.rq.ring_entries < attr->rq_entries))
 		ret = -EPROTO;
