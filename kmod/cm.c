@@ -447,6 +447,20 @@ void kw_cm_result_param(const struct kw_mpa_result *r,
 	p->ord = r->ord;
 }
 
+/* What a peer's MPA Request asked for, as ACCEPT reports it. */
+static void request_param(const struct kw_mpa_frame *req,
+			  struct kiwarp_conn_param *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->mpa_rev = req->rev;
+	p->flags = (req->crc ? KIWARP_CONN_CRC : 0) |
+		   (req->p2p ? KIWARP_CONN_P2P : 0) |
+		   (req->markers ? KIWARP_CONN_MARKERS_TX : 0);
+	p->rtr = req->p2p ? rtr_uapi(req->rtr) : KIWARP_RTR_NONE;
+	p->ird = req->enhanced ? req->ird : 0;
+	p->ord = req->enhanced ? req->ord : 0;
+}
+
 /* ----------------------------------------------------------- callbacks */
 
 /*
@@ -1299,13 +1313,7 @@ int kw_cm_accept(struct kw_ctx *ctx, struct kiwarp_accept *arg)
 	}
 	if (ret)
 		goto out_fail;
-	arg->peer.mpa_rev = req->rev;
-	arg->peer.flags = (req->crc ? KIWARP_CONN_CRC : 0) |
-			  (req->p2p ? KIWARP_CONN_P2P : 0) |
-			  (req->markers ? KIWARP_CONN_MARKERS_TX : 0);
-	arg->peer.rtr = req->p2p ? rtr_uapi(req->rtr) : KIWARP_RTR_NONE;
-	arg->peer.ird = req->enhanced ? req->ird : 0;
-	arg->peer.ord = req->enhanced ? req->ord : 0;
+	request_param(req, &arg->peer);
 	if (kernel_getpeername(sock, (struct sockaddr *)&ss) >= 0)
 		sockaddr_to_uapi(&ss, &arg->peer_addr);
 
