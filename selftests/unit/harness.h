@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -116,10 +117,12 @@ int main(int argc, char **argv)
 	}
 	printf("TAP version 13\n1..%d\n", kwt_ncases);
 	for (i = 0; i < kwt_ncases; i++) {
+		struct timespec t0, t1;
 		int status = 0, ok;
 		pid_t pid;
 
 		fflush(stdout);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		pid = fork();
 		if (pid == 0) {
 			int fail = 0;
@@ -136,6 +139,10 @@ int main(int argc, char **argv)
 			ok = 0;
 		} else
 			ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		/* what each test costs (make check's time budget) */
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("# %s: %.1f s\n", kwt_cases[i].name,
+		       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 		printf("%s %d - %s: %s\n", ok ? "ok" : "not ok", i + 1,
 		       argv[0], kwt_cases[i].name);
 		if (ok)

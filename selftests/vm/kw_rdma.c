@@ -409,9 +409,15 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 		else
 			ASSERT_MEMEQ(p.b.buf, p.a.buf, n);
 		note("size %zu ok", n);
-		if (inv_mr) {
+		if (inv_mr && i + 1 < nsz && sz[i + 1] <= max) {
+			/* not the last size: the CQE said invalidated */
+			EXPECT_EQ(kw_dereg_mr(inv_mr), 0);
+		} else if (inv_mr) {
 			/* Invalidated: a Local Invalidate of it now fails
-			 * (it is no longer valid), and dereg still works. */
+			 * (it is no longer valid), and dereg still works.
+			 * Checked once, after the last size: the failed WR
+			 * takes b's QP down, and a new pair for each size
+			 * cost 2-3 s each under KASAN. */
 			struct kw_send_wr li = {
 				.wr_id = 77, .opcode = KIWARP_WR_LOCAL_INV,
 				.flags = KW_SEND_SIGNALED,
@@ -423,12 +429,6 @@ static void run_op_m(int *kwt_fail, enum op op, int crc, int rev, int p2p,
 			EXPECT_EQ(cqe.wr_id, 77);
 			EXPECT_EQ(cqe.status, KIWARP_WC_LOC_PROT_ERR);
 			EXPECT_EQ(kw_dereg_mr(inv_mr), 0);
-			/* the failed WR took b's QP down: rebuild the pair */
-			pair_fini(&p);
-			memset(&p, 0, sizeof(p));
-			pair_params(&p, crc, rev, p2p, rtr, markers);
-			ASSERT_EQ(pair_connect(&p, BUF_SIZE, KIWARP_ACCESS_ALL,
-					       KIWARP_ACCESS_ALL), 0);
 		}
 	}
 	pair_fini(&p);
