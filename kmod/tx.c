@@ -162,6 +162,13 @@ struct kw_paths {
 
 static u32 kw_path_seed __read_mostly;
 
+/* Whether a hold from "at" still runs (in range, not before: jiffies wrap
+ * on 32-bit); hold 0: none */
+static bool hold_in_force(unsigned long at, unsigned long hold)
+{
+	return hold && time_in_range(jiffies, at, at + hold);
+}
+
 /* The peer of sk, whose QP is being attached. Process context. */
 void kw_path_init(struct kw_path *p, struct sock *sk)
 {
@@ -263,7 +270,7 @@ static bool path_copies(struct kw_qp *qp)
 		at = s->copied_at;
 		hold = s->hold;
 	} while (read_seqretry(&t->lock, seq));
-	return match && hold && time_in_range(jiffies, at, at + hold);
+	return match && hold_in_force(at, hold);
 }
 
 static void zcd_put(struct kw_zcd *d)
@@ -430,16 +437,10 @@ static struct kw_txzc *txzc_new(struct kw_qp *qp, u32 idx)
 bool kw_tx_path_copies(struct kw_qp *qp)
 {
 	struct kw_zcd *d = qp->zcd;
-	unsigned long at, hold;
 
 	lockdep_assert_held(&qp->lock);
-	if (d) {
-		hold = READ_ONCE(d->hold);
-		at = READ_ONCE(d->copied_at);
-		/* in range, not before: jiffies wrap on 32-bit */
-		if (hold && time_in_range(jiffies, at, at + hold))
-			return true;
-	}
+	if (d && hold_in_force(READ_ONCE(d->copied_at), READ_ONCE(d->hold)))
+		return true;
 	/* what other QPs to the same peer were told (path hints, above) */
 	return path_copies(qp);
 }

@@ -224,9 +224,9 @@ debug_tier() {
 	# es_apps (real programs over extended sockets: 5 minutes under
 	# KASAN here) runs on the three Debian kernels above and in make
 	# fuzz's debug-kernel campaign, not in this tier
-	# kw_rdma without its MPA rev 1 cases (5 minutes under KASAN in
-	# all; rev 1 changes the MPA exchange, not what the debuggers watch:
-	# the three kernels above run them)
+	# kw_rdma without its MPA rev 1 cases (rev 1 changes the MPA
+	# exchange, not what the debuggers watch: the three kernels above
+	# run them)
 	KIWARP_VM_TESTS=$(vm_tests_without 'es_apps\.sh' |
 		sed 's|selftests/vm/kw_rdma;|selftests/vm/kw_rdma !_rev1;|') \
 	KIWARP_SMOKE_SECONDS=10 KIWARP_RDMA_MAX_SIZE=1048576 \
