@@ -225,10 +225,14 @@ debug_tier() {
 	# KASAN here) runs on the three Debian kernels above and in make
 	# fuzz's debug-kernel campaign, not in this tier
 	# kw_rdma without its MPA rev 1 cases (rev 1 changes the MPA
-	# exchange, not what the debuggers watch: the three kernels above
-	# run them)
+	# exchange, not what the debuggers watch) nor the copy_max_* and
+	# local_peer_* cases, which time when a WR completes against ACKs
+	# and delivery (transmit policy: 70 s under KASAN, 20 s on a stock
+	# kernel); the three kernels above run them all.
+	# local_copy_learned_per_peer stays: it drives the per-context path
+	# hints' allocation, notes from the zero-copy callback and teardown.
 	KIWARP_VM_TESTS=$(vm_tests_without 'es_apps\.sh' |
-		sed 's|selftests/vm/kw_rdma;|selftests/vm/kw_rdma !_rev1;|') \
+		sed 's|selftests/vm/kw_rdma;|selftests/vm/kw_rdma !_rev1 !copy_max_ !local_peer_;|') \
 	KIWARP_SMOKE_SECONDS=10 KIWARP_RDMA_MAX_SIZE=1048576 \
 	scripts/vm-run --accel tcg --timeout "$VM_TIMEOUT" --kernel "$IMAGE" \
 		--append "$(cat kernel/debug.cmdline)" \
