@@ -251,11 +251,30 @@ bool kw_rs_iomap_find(const struct kw_rs *rs, const struct kw_rs_iomap *tbl,
 
 /* -------------------------------------------------------------- receiver */
 
+/* DATA for the zero-copy target: rbuf's advertised bytes all came. */
+static int rx_data_zc(struct kw_rs *rs, u32 len)
+{
+	if (len > rs->zc_left)
+		return -EPROTO;
+	rs->rx_msgs++;
+	rs->zc_left -= len;
+	if (rs->zc_left)
+		return KW_RS_EV_ZC_DATA;
+	memset(&rs->zc, 0, sizeof(rs->zc));
+	rs->zc_adv = false;
+	if (!rs->zc_pre)	/* the reader is at its place */
+		rs->zc_mark = false;
+	return KW_RS_EV_ZC_DONE;
+}
+
 static int rx_data(struct kw_rs *rs, u32 len)
 {
 	/* a DATA message beyond the credits we granted */
 	if ((s16)(u16)(rs->granted - rs->rx_msgs) <= 0)
 		return -EPROTO;
+	/* the peer fills what it was given in order: rbuf's halves first */
+	if (!rs->adv_len && rs->zc_adv)
+		return rx_data_zc(rs, len);
 	/* more than advertised, or across the end of an advertised half */
 	if (len > rs->adv_len || (rs->wr_off % rs->half) + len > rs->half)
 		return -EPROTO;
@@ -305,18 +324,39 @@ int kw_rs_rx_msg(struct kw_rs *rs, u32 msg)
 	return -EPROTO;
 }
 
+u32 kw_rs_rx_ready(const struct kw_rs *rs)
+{
+	return rs->zc_mark ? min(rs->readable, rs->zc_pre) : rs->readable;
+}
+
 u32 kw_rs_rx_peek(const struct kw_rs *rs, u32 *off)
 {
 	*off = rs->rd_off;
-	return min_t(u32, rs->readable, rs->cfg.rbuf_size - rs->rd_off);
+	return min_t(u32, kw_rs_rx_ready(rs), rs->cfg.rbuf_size - rs->rd_off);
 }
 
 void kw_rs_rx_consume(struct kw_rs *rs, u32 n)
 {
-	n = min(n, rs->readable);	/* never re-advertise unread bytes */
+	n = min(n, kw_rs_rx_ready(rs));	/* never re-advertise unread bytes */
 	rs->rd_off = (rs->rd_off + n) % rs->cfg.rbuf_size;
 	rs->readable -= n;
 	rs->rbuf_free += n;
+	if (rs->zc_mark) {
+		rs->zc_pre -= n;
+		if (!rs->zc_pre && !rs->zc.len)	/* and it was filled */
+			rs->zc_mark = false;
+	}
+}
+
+/*
+ * Target SGL entries of the peer's that hold an rbuf buffer it has not
+ * filled yet: the halves that [wr_off, wr_off + adv_len) touches.
+ */
+static u32 rx_adv_entries(const struct kw_rs *rs)
+{
+	if (!rs->adv_len)
+		return 0;
+	return rs->adv_len > rs->half - rs->wr_off % rs->half ? 2 : 1;
 }
 
 bool kw_rs_credit_due(const struct kw_rs *rs, struct kw_rs_credit *c)
@@ -324,7 +364,19 @@ bool kw_rs_credit_due(const struct kw_rs *rs, struct kw_rs_credit *c)
 	memset(c, 0, sizeof(*c));
 	if (!rs->remote_sgl_count)
 		return false;	/* not started */
-	if (rs->rbuf_free >= rs->half) {
+	if (rs->zc.len && !rs->zc_adv &&
+	    rx_adv_entries(rs) < rs->remote_sgl_count) {
+		c->advert = true;
+		c->zc = true;
+		kw_rs_sge_encode(&rs->zc, c->sge);
+		c->remote_to = rs->remote_sgl_to +
+			       (u64)rs->remote_sge * KW_RS_SGE_LEN;
+		c->remote_key = rs->remote_sgl_key;
+	} else if (rs->zc.len) {
+		/* rbuf waits: only what came before the target goes there */
+		if ((s16)(u16)(rs->rx_msgs - rs->credit_mark) < 0)
+			return false;
+	} else if (rs->rbuf_free >= rs->half) {
 		struct kw_rs_sge s = {
 			.addr = rs->cfg.rbuf_to + rs->rbuf_free_off,
 			.key = rs->cfg.rbuf_key,
@@ -347,7 +399,10 @@ void kw_rs_credit_sent(struct kw_rs *rs, const struct kw_rs_credit *c)
 {
 	u16 limit = (u16)(c->msg & KW_RS_VAL_MASK);
 
-	if (c->advert) {
+	if (c->advert && c->zc) {
+		rs->zc_adv = true;
+		rs->remote_sge = (rs->remote_sge + 1) % rs->remote_sgl_count;
+	} else if (c->advert) {
 		rs->rbuf_free -= rs->half;
 		rs->rbuf_free_off = rs->rbuf_free_off ? 0 : rs->half;
 		rs->adv_len += rs->half;
@@ -355,4 +410,39 @@ void kw_rs_credit_sent(struct kw_rs *rs, const struct kw_rs_credit *c)
 	}
 	rs->granted = limit;
 	rs->credit_mark = (u16)(limit - rs->cfg.rq_size + rs->cfg.rq_size / 2);
+}
+
+/* ------------------------------------------------------- zero-copy receive */
+
+u32 kw_rs_zc_pre(const struct kw_rs *rs)
+{
+	return rs->readable + rs->adv_len;
+}
+
+int kw_rs_zc_post(struct kw_rs *rs, const struct kw_rs_sge *z)
+{
+	/* one at a time, and the reader past the last one's place */
+	if (rs->zc.len || rs->zc_mark)
+		return -EBUSY;
+	if (!z->len)
+		return -EINVAL;
+	rs->zc = *z;
+	rs->zc_left = z->len;
+	rs->zc_adv = false;
+	rs->zc_mark = true;
+	rs->zc_pre = kw_rs_zc_pre(rs);
+	return 0;
+}
+
+bool kw_rs_zc_end(struct kw_rs *rs)
+{
+	bool out = rs->zc.len && rs->zc_adv;
+
+	memset(&rs->zc, 0, sizeof(rs->zc));
+	rs->zc_left = 0;
+	rs->zc_adv = false;
+	/* nothing went there: the stream runs on through rbuf */
+	if (!out)
+		rs->zc_mark = false;
+	return out;
 }

@@ -154,6 +154,14 @@ struct kw_rs {
 	u32 remote_sge;		/* its entry our next advertisement goes to */
 	u32 remote_iomap_count;	/* entries of the peer's iomap table we
 				 * may fill (at most KW_RS_IOMAP_MAX) */
+
+	/* receiver: a zero-copy target (kw_rs_zc_post), zc.len 0: none */
+	struct kw_rs_sge zc;
+	u32 zc_left;		/* of zc.len, not yet announced by DATA */
+	bool zc_adv;		/* advertised to the peer */
+	bool zc_mark;		/* its place in the stream is still ahead of
+				 * the reader (maybe after it was filled) */
+	u32 zc_pre;		/* ... after these many rbuf bytes */
 };
 
 /* rbuf_size/rq_size out of range: -EINVAL. */
@@ -201,6 +209,8 @@ enum kw_rs_event {
 	KW_RS_EV_NONE,		/* nothing for the application (keepalive,
 				 * an update of our iomap table) */
 	KW_RS_EV_DATA,		/* bytes became readable */
+	KW_RS_EV_ZC_DATA,	/* bytes went to the zero-copy target */
+	KW_RS_EV_ZC_DONE,	/* ... which they filled: it is forgotten */
 	KW_RS_EV_CREDIT,	/* the sender may go on */
 	KW_RS_EV_SHUTDOWN,	/* peer will send no more (half-close) */
 	KW_RS_EV_DISCONNECT,	/* peer closed both directions */
@@ -208,17 +218,21 @@ enum kw_rs_event {
 
 /* A received message: a KW_RS_EV_*, or -EPROTO for a protocol violation
  * (reserved op, an iomap update of an entry we do not offer, DATA or an
- * update beyond the credits, DATA beyond the advertised space, a credit
- * limit going back). */
+ * update beyond the credits, DATA beyond the advertised space or across
+ * the end of an advertised buffer, a credit limit going back). */
 int kw_rs_rx_msg(struct kw_rs *rs, u32 msg);
 
 /*
  * Reader: kw_rs_rx_peek() gives the offset in rbuf of the next readable
  * byte and how many follow it contiguously (0: nothing to read);
- * kw_rs_rx_consume() takes n <= that many.
+ * kw_rs_rx_consume() takes n <= that many. kw_rs_rx_ready() is how many
+ * are readable in all. Neither goes past a zero-copy target's place in
+ * the stream: the bytes after it come once the reader is there and the
+ * target is filled.
  */
 u32 kw_rs_rx_peek(const struct kw_rs *rs, u32 *off);
 void kw_rs_rx_consume(struct kw_rs *rs, u32 n);
+u32 kw_rs_rx_ready(const struct kw_rs *rs);
 
 /*
  * Credit update: due when a whole half of rbuf is free again (then with an
@@ -228,6 +242,7 @@ void kw_rs_rx_consume(struct kw_rs *rs, u32 n);
  */
 struct kw_rs_credit {
 	bool advert;
+	bool zc;		/* the advertised buffer is the zero-copy one */
 	u8 sge[KW_RS_SGE_LEN];	/* encoded entry to Write */
 	u64 remote_to;
 	u32 remote_key;
@@ -235,5 +250,29 @@ struct kw_rs_credit {
 };
 bool kw_rs_credit_due(const struct kw_rs *rs, struct kw_rs_credit *c);
 void kw_rs_credit_sent(struct kw_rs *rs, const struct kw_rs_credit *c);
+
+/*
+ * Zero-copy receive: the application's own buffer as the peer's next
+ * target, so that its Writes land there instead of in rbuf. The stream
+ * bytes that come before it are those readable now and those the peer
+ * may still write into halves of rbuf it was given: kw_rs_zc_pre() says
+ * how many. kw_rs_zc_post() takes the buffer for the stream bytes that
+ * follow them (z: where and how many, len > 0; -EBUSY while one is
+ * posted). From then on no half of rbuf is advertised: the buffer goes
+ * out, by kw_rs_credit_due(), as soon as one of the peer's target SGL
+ * entries is free (the peer fills its buffers in order and alternates
+ * between the entries, so an entry is free once the buffer it held is
+ * full); DATA messages beyond rbuf's advertised bytes fill it
+ * (KW_RS_EV_ZC_DATA), and the one that fills it (KW_RS_EV_ZC_DONE) ends
+ * it, after which rbuf is advertised again. The reader meanwhile gets
+ * the kw_rs_zc_pre() bytes before it and no more (kw_rs_rx_peek()) until
+ * it is filled. kw_rs_zc_end() ends it early (the end of the stream, an
+ * error, a cancel) and is true if it had gone out unfilled: the peer may
+ * still write into it, and only an end of the stream keeps it from doing
+ * so (the reader still stops at its place).
+ */
+u32 kw_rs_zc_pre(const struct kw_rs *rs);
+int kw_rs_zc_post(struct kw_rs *rs, const struct kw_rs_sge *z);
+bool kw_rs_zc_end(struct kw_rs *rs);
 
 #endif /* KW_RSOCK_H */

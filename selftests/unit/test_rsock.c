@@ -972,7 +972,16 @@ struct ep {
 	u32 max_write;		/* 0: as much as tx_room allows */
 	u64 rx_done;		/* received, checked and consumed */
 	u64 data_msgs, credit_msgs, adverts;
+	/* a zero-copy target of this receiver's (zc_duplex) */
+	bool zc_on, zc_full;
+	u8 *zbuf;
+	u64 z_start;		/* stream offset of its first byte */
+	u32 z_len, z_wr;	/* its length; next byte the peer writes */
+	u64 zc_posts, zc_bytes;
 };
+
+#define ZC_TO	0x7700000000ULL	/* the target's TO base and key */
+#define ZC_KEY	0x5a5a5a01
 
 static void wire_push(struct wire *w, struct wop o)
 {
@@ -1019,6 +1028,7 @@ static void ep_free(struct ep *e)
 		free(e->in.op[i].data);
 	free(e->in.op);
 	free(e->rbuf);
+	free(e->zbuf);
 }
 
 /* Connection data through its wire format, both ways. */
@@ -1148,15 +1158,32 @@ static void ep_deliver(int *kwt_fail, struct ep *e, size_t max)
 			ASSERT_EQ(off % KW_RS_SGE_LEN, 0);
 			ASSERT_LT(off, sizeof(e->tsgl));
 			memcpy(e->tsgl + off, o.data, o.len);
+		} else if (o.write && o.key == ZC_KEY) {
+			/* the target, in order, after rbuf's bytes */
+			ASSERT_TRUE(e->zc_on);
+			ASSERT_TRUE(e->rs.zc_adv);
+			ASSERT_EQ(e->rs.adv_len, 0);
+			ASSERT_EQ(o.to, ZC_TO + e->z_wr);
+			ASSERT_LE(o.len, e->z_len - e->z_wr);
+			memcpy(e->zbuf + e->z_wr, o.data, o.len);
+			e->z_wr += o.len;
 		} else if (o.write) {
 			ASSERT_TRUE(!"Write with a foreign key");
 		} else {
+			bool zc = !e->rs.adv_len && e->rs.zc_adv;
 			int ev = kw_rs_rx_msg(&e->rs, o.msg);
 
-			if (o.msg >> KW_RS_OP_SHIFT == KW_RS_OP_DATA)
-				ASSERT_EQ(ev, KW_RS_EV_DATA);
-			else
+			if (o.msg >> KW_RS_OP_SHIFT != KW_RS_OP_DATA)
 				ASSERT_EQ(ev, KW_RS_EV_CREDIT);
+			else if (!zc)
+				ASSERT_EQ(ev, KW_RS_EV_DATA);
+			else if (e->z_wr < e->z_len)
+				ASSERT_EQ(ev, KW_RS_EV_ZC_DATA);
+			else {
+				ASSERT_EQ(ev, KW_RS_EV_ZC_DONE);
+				ASSERT_EQ(e->rs.zc.len, 0);
+				e->zc_full = true;
+			}
 		}
 		free(o.data);
 		check_rx_inv(kwt_fail, e);
@@ -1173,7 +1200,28 @@ static void ep_read(int *kwt_fail, struct ep *e, const struct ep *peer,
 {
 	u32 off, n, i;
 
-	while (max && (n = kw_rs_rx_peek(&e->rs, &off))) {
+	for (;;) {
+		if (e->zc_on && e->rx_done == e->z_start) {
+			/* the bytes before the target are read: its turn */
+			if (!e->zc_full) {
+				ASSERT_EQ(e->rs.readable, 0);
+				return;
+			}
+			for (i = 0; i < e->z_len; i++)
+				ASSERT_EQ(e->zbuf[i],
+					  stream_byte(peer->seed,
+						      e->z_start + i));
+			e->rx_done += e->z_len;
+			e->zc_bytes += e->z_len;
+			e->zc_on = false;
+			free(e->zbuf);
+			e->zbuf = NULL;
+		}
+		if (!max || !(n = kw_rs_rx_peek(&e->rs, &off)))
+			return;
+		/* the reader never gets past the target's place */
+		if (e->zc_on)
+			ASSERT_LE(n, e->z_start - e->rx_done);
 		ASSERT_LT(off, e->rs.cfg.rbuf_size);
 		ASSERT_LE(n, e->rs.cfg.rbuf_size - off);
 		ASSERT_LE(n, e->rs.readable);
@@ -1229,8 +1277,51 @@ static void settle(int *kwt_fail, struct ep *a, struct ep *b, bool read)
 	ASSERT_TRUE(!"settle did not settle");
 }
 
+/*
+ * The receiver e posts a zero-copy target for the next up to 3 rbufs of
+ * the stream (never beyond its end, so that it fills): the bytes before
+ * it still come through rbuf, the rest must land in it, in order.
+ */
+static void ep_zc_post(int *kwt_fail, struct ep *e, const struct ep *peer)
+{
+	u64 left = peer->tx_total - e->rx_done;
+	u32 pre = kw_rs_zc_pre(&e->rs), want;
+	struct kw_rs_sge z = { .addr = ZC_TO, .key = ZC_KEY };
+
+	if (e->zc_on || left <= pre)
+		return;
+	want = rnd_range(1, 3 * e->rs.cfg.rbuf_size);
+	if (want > left)
+		want = (u32)left;
+	if (want <= pre)
+		return;
+	z.len = want - pre;
+	e->zbuf = malloc(z.len);
+	ASSERT_TRUE(e->zbuf != NULL);
+	memset(e->zbuf, 0xdd, z.len);
+	ASSERT_EQ(kw_rs_zc_post(&e->rs, &z), 0);
+	ASSERT_EQ(kw_rs_zc_post(&e->rs, &z), -EBUSY);
+	e->zc_on = true;
+	e->zc_full = false;
+	e->z_start = e->rx_done + pre;
+	e->z_len = z.len;
+	e->z_wr = 0;
+	e->zc_posts++;
+}
+
+static void duplex_zc(int *kwt_fail, const struct kw_rs_cfg *ca,
+		      const struct kw_rs_cfg *cb, u64 bytes, u64 seed,
+		      bool zc);
+
 static void duplex(int *kwt_fail, const struct kw_rs_cfg *ca,
 		   const struct kw_rs_cfg *cb, u64 bytes, u64 seed)
+{
+	duplex_zc(kwt_fail, ca, cb, bytes, seed, false);
+}
+
+static void duplex_zc(int *kwt_fail, const struct kw_rs_cfg *ca,
+		      const struct kw_rs_cfg *cb, u64 bytes, u64 seed,
+		      bool zc)
 {
 	struct ep *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
 	u64 steps = 0;
@@ -1251,10 +1342,18 @@ static void duplex(int *kwt_fail, const struct kw_rs_cfg *ca,
 	ASSERT_EQ(b->adverts, 1);
 
 	while (a->rx_done < b->tx_total || b->rx_done < a->tx_total) {
-		u32 act = (u32)(rnd() % 8);
+		u32 act = (u32)(rnd() % (zc ? 10 : 8));
 
 		ASSERT_LT(steps++, 20000000);
 		switch (act) {
+		case 8:
+			if (!(rnd() & 15))
+				ep_zc_post(kwt_fail, a, b);
+			break;
+		case 9:
+			if (!(rnd() & 15))
+				ep_zc_post(kwt_fail, b, a);
+			break;
 		case 0:
 			ep_send(kwt_fail, a, b, true);
 			break;
@@ -1289,20 +1388,35 @@ static void duplex(int *kwt_fail, const struct kw_rs_cfg *ca,
 	EXPECT_EQ(b->tx_done, b->tx_total);
 	EXPECT_EQ(b->rx_done, a->tx_total);
 	EXPECT_EQ(a->rx_done, b->tx_total);
-	/* the halves went round many times, and credits were exercised */
-	EXPECT_GT(a->adverts, 2 * bytes / ca->rbuf_size - 2);
-	EXPECT_GT(b->adverts, 2 * bytes / cb->rbuf_size - 2);
+	/* the halves went round many times (or targets took their place),
+	 * and credits were exercised */
 	EXPECT_GT(a->data_msgs, 100);
 	EXPECT_GT(b->data_msgs, 100);
-	printf("# %llu steps; A: %llu DATA, %llu credit msgs, %llu adverts;"
-	       " B: %llu DATA, %llu credit msgs, %llu adverts\n",
+	EXPECT_FALSE(a->zc_on);
+	EXPECT_FALSE(b->zc_on);
+	if (zc) {	/* targets took a good share of both streams */
+		EXPECT_GT(a->zc_posts, 10);
+		EXPECT_GT(b->zc_posts, 10);
+		EXPECT_GT(a->zc_bytes, b->tx_total / 10);
+		EXPECT_GT(b->zc_bytes, a->tx_total / 10);
+	} else {
+		EXPECT_GT(a->adverts, 2 * bytes / ca->rbuf_size - 2);
+		EXPECT_GT(b->adverts, 2 * bytes / cb->rbuf_size - 2);
+	}
+	printf("# %llu steps; A: %llu DATA, %llu credit msgs, %llu adverts,"
+	       " %llu targets, %llu bytes there; B: %llu DATA, %llu credit"
+	       " msgs, %llu adverts, %llu targets, %llu bytes there\n",
 	       (unsigned long long)steps,
 	       (unsigned long long)a->data_msgs,
 	       (unsigned long long)a->credit_msgs,
 	       (unsigned long long)a->adverts,
+	       (unsigned long long)a->zc_posts,
+	       (unsigned long long)a->zc_bytes,
 	       (unsigned long long)b->data_msgs,
 	       (unsigned long long)b->credit_msgs,
-	       (unsigned long long)b->adverts);
+	       (unsigned long long)b->adverts,
+	       (unsigned long long)b->zc_posts,
+	       (unsigned long long)b->zc_bytes);
 	ep_free(a);
 	ep_free(b);
 	free(a);
@@ -1340,6 +1454,172 @@ TEST(duplex_stream_large_buffers)
 	cb.rbuf_size = 200002;
 	cb.rq_size = 1000;
 	duplex(kwt_fail, &ca, &cb, 6u << 20, 3);
+}
+
+/* Zero-copy targets posted at random points of both streams: every byte
+ * arrives once, in order, in rbuf or in the target its offset falls in. */
+TEST(duplex_stream_zero_copy_targets)
+{
+	struct kw_rs_cfg ca = cfg_a, cb = cfg_b;
+
+	ca.rbuf_size = 64 * 1024;
+	ca.rq_size = 48;
+	cb.rbuf_size = 50000;
+	cb.rq_size = 7;
+	duplex_zc(kwt_fail, &ca, &cb, 4u << 20, 11, true);
+}
+
+TEST(duplex_stream_zero_copy_tiny_buffers)
+{
+	struct kw_rs_cfg ca = cfg_a, cb = cfg_b;
+
+	ca.rbuf_size = 2;
+	ca.rq_size = 3;
+	cb.rbuf_size = 98;
+	cb.rq_size = 2;
+	duplex_zc(kwt_fail, &ca, &cb, 64 * 1024, 12, true);
+}
+
+/*
+ * The target goes out as soon as one of the peer's two entries is free,
+ * and not before; rbuf is not advertised while it is posted, and is again
+ * once DATA filled it.
+ */
+TEST(zc_target_waits_for_a_free_entry)
+{
+	struct kw_rs rs;
+	struct kw_rs_credit c;
+	struct kw_rs_sge s, z = { .addr = ZC_TO, .key = ZC_KEY, .len = 5000 };
+	u32 half = cfg_a.rbuf_size / 2, off;
+
+	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));	/* half 1 into entry 1 */
+	kw_rs_credit_sent(&rs, &c);
+	/* both halves are the peer's: 100 bytes of half 0 came */
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 100)),
+		  KW_RS_EV_DATA);
+	EXPECT_EQ(kw_rs_zc_pre(&rs), cfg_a.rbuf_size);
+	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EBUSY);
+	EXPECT_FALSE(kw_rs_credit_due(&rs, &c));	/* no entry free */
+	/* half 0 fills: its entry is free; reading it frees rbuf space,
+	 * which is not advertised */
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half - 100)),
+		  KW_RS_EV_DATA);
+	ASSERT_EQ(kw_rs_rx_peek(&rs, &off), half);
+	kw_rs_rx_consume(&rs, half);
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	ASSERT_TRUE(c.advert);
+	ASSERT_TRUE(c.zc);
+	kw_rs_sge_decode(c.sge, &s);
+	EXPECT_EQ(s.addr, ZC_TO);
+	EXPECT_EQ(s.key, ZC_KEY);
+	EXPECT_EQ(s.len, 5000);
+	EXPECT_EQ(c.remote_to, cfg_b.tsgl_to);	/* entry 0 */
+	kw_rs_credit_sent(&rs, &c);
+	EXPECT_FALSE(kw_rs_credit_due(&rs, &c));
+	/* DATA fills half 1 first, then the target */
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
+		  KW_RS_EV_DATA);
+	EXPECT_EQ(rs.readable, half);
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 4000)),
+		  KW_RS_EV_ZC_DATA);
+	EXPECT_EQ(rs.readable, half);
+	EXPECT_FALSE(kw_rs_credit_due(&rs, &c));
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 1000)),
+		  KW_RS_EV_ZC_DONE);
+	EXPECT_EQ(rs.zc.len, 0);
+	EXPECT_FALSE(kw_rs_zc_end(&rs));
+	/* rbuf again: half 0 (read above) into entry 1 */
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	ASSERT_TRUE(c.advert);
+	EXPECT_FALSE(c.zc);
+	kw_rs_sge_decode(c.sge, &s);
+	EXPECT_EQ(s.addr, cfg_a.rbuf_to);
+	EXPECT_EQ(c.remote_to, cfg_b.tsgl_to + KW_RS_SGE_LEN);
+}
+
+/* A peer that writes more than the target holds, or announces bytes for
+ * a target it was never given, is refused. */
+TEST(hostile_zc_data)
+{
+	struct kw_rs rs;
+	struct kw_rs_credit c;
+	struct kw_rs_sge z = { .addr = ZC_TO, .key = ZC_KEY, .len = 300 };
+	u32 half = cfg_a.rbuf_size / 2;
+
+	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
+	/* posted first thing: half 1 is not advertised, half 0 is */
+	EXPECT_EQ(kw_rs_zc_pre(&rs), half);
+	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	ASSERT_TRUE(c.zc);
+	EXPECT_EQ(c.remote_to, cfg_b.tsgl_to + KW_RS_SGE_LEN);
+	/* not sent yet: DATA beyond half 0 is beyond what was given */
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
+		  KW_RS_EV_DATA);
+	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 1)), -EPROTO);
+	kw_rs_credit_sent(&rs, &c);
+	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 301)), -EPROTO);
+	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 200)),
+		  KW_RS_EV_ZC_DATA);
+	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 101)), -EPROTO);
+	/* ended early, gone out unfilled: the caller must stop the peer;
+	 * the reader still stops at its place, and no other is taken */
+	EXPECT_TRUE(kw_rs_zc_end(&rs));
+	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 1)), -EPROTO);
+	EXPECT_EQ(kw_rs_rx_ready(&rs), half);
+	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EBUSY);
+	/* one not yet gone out ends quietly: the stream runs on in rbuf */
+	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
+	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	EXPECT_FALSE(kw_rs_zc_end(&rs));
+	EXPECT_FALSE(rs.zc_mark);
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
+		  KW_RS_EV_DATA);
+	EXPECT_EQ(kw_rs_rx_ready(&rs), half);
+	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	EXPECT_EQ(kw_rs_zc_pre(&rs), half);
+	EXPECT_FALSE(kw_rs_zc_end(&rs));
+	z.len = 0;
+	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EINVAL);
+}
+
+/* Filled before the reader got to it: the bytes after it wait until the
+ * bytes before it are read, and only then become readable. */
+TEST(zc_reader_stops_at_the_target)
+{
+	struct kw_rs rs;
+	struct kw_rs_credit c;
+	struct kw_rs_sge z = { .addr = ZC_TO, .key = ZC_KEY, .len = 10 };
+	u32 half = cfg_a.rbuf_size / 2, off;
+
+	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
+		  KW_RS_EV_DATA);
+	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	ASSERT_TRUE(c.zc);
+	kw_rs_credit_sent(&rs, &c);
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 10)),
+		  KW_RS_EV_ZC_DONE);
+	EXPECT_TRUE(rs.zc_mark);
+	/* half 1 goes out again, and fills, while half 0 is unread */
+	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
+	ASSERT_TRUE(c.advert);
+	EXPECT_FALSE(c.zc);
+	kw_rs_credit_sent(&rs, &c);
+	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
+		  KW_RS_EV_DATA);
+	EXPECT_EQ(rs.readable, 2 * half);
+	EXPECT_EQ(kw_rs_rx_ready(&rs), half);
+	ASSERT_EQ(kw_rs_rx_peek(&rs, &off), half);
+	EXPECT_EQ(off, 0);
+	kw_rs_rx_consume(&rs, 2 * half);	/* capped at the place */
+	EXPECT_EQ(rs.readable, half);
+	EXPECT_FALSE(rs.zc_mark);
+	ASSERT_EQ(kw_rs_rx_peek(&rs, &off), half);
+	EXPECT_EQ(off, half);
 }
 
 /* A reader that does not read stops the writer by rbuf space: exactly
