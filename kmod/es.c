@@ -166,6 +166,26 @@ struct kw_es {
 	} zc_q[ES_ZC_CALLS];
 	u64 zc_bytes;
 
+	/*
+	 * A zero-copy receive (IWARP_RECV_ZC): the part of the caller's
+	 * buffer that follows the bytes already due through rbuf, registered
+	 * for remote write (mr_handle) and advertised as the peer's next
+	 * target (rs.zc). It ends full (the DATA that fills it), or early:
+	 * the end of the stream, a failure, a cancel. Its MR goes when it
+	 * ends, before anyone is told (done), so that no byte is placed in
+	 * the buffer after IWARP_RECV_ZC_DONE reported it.
+	 */
+	struct es_zr {
+		bool posted;	/* until IWARP_RECV_ZC_DONE took the result */
+		bool done;	/* ended: bytes and err final, MR gone */
+		u32 mr_handle;
+		u64 id;
+		u32 len;	/* in place: the buffer's length less pre */
+		u32 bytes;	/* of them placed and announced by DATA */
+		int err;	/* positive errno, or 0 */
+	} zr;
+	u64 zr_bytes;		/* in all (IWARP_INFO's zc_rx_bytes) */
+
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
 	u32 sb_head, sb_tail;	/* sbuf bytes produced / freed (counts) */
@@ -451,6 +471,8 @@ static void es_post_recv(struct kw_es *es)
 /* ------------------------------------------------------------ progress */
 
 /* Stop the stream: the peer gets a reset. es->lock held. */
+static void es_zr_end(struct kw_es *es, int err);
+
 static void es_fail(struct kw_es *es, int err)
 {
 	struct kiwarp_modify_qp m = {
@@ -463,7 +485,25 @@ static void es_fail(struct kw_es *es, int err)
 	if (es->state == ES_RUN) {
 		sock_no_linger(es->sk);
 		kw_qp_modify(es->ctx, &m);
+		es_zr_end(es, es->err);
 	}
+	es->gen++;
+}
+
+/* The zero-copy receive ends (see struct es_zr); es->lock held. */
+static void es_zr_end(struct kw_es *es, int err)
+{
+	struct kiwarp_handle h = { .handle = es->zr.mr_handle };
+
+	lockdep_assert_held(&es->lock);
+	if (!es->zr.posted || es->zr.done)
+		return;
+	kw_rs_zc_end(&es->rs);	/* (already forgotten when it filled) */
+	/* no local WR ever uses it, so nothing can make it -EBUSY */
+	if (es->ctx)
+		WARN_ON_ONCE(kw_mr_dereg(es->ctx, &h));
+	es->zr.done = true;
+	es->zr.err = err;
 	es->gen++;
 }
 
@@ -489,8 +529,9 @@ static void es_credit(struct kw_es *es)
 	}
 	es_post_msg(es, c.msg, ES_WR_CTRL);
 	kw_rs_credit_sent(&es->rs, &c);
-	/* the receive window grows before the peer can see the advert */
-	if (c.advert)
+	/* the receive window grows before the peer can see the advert (a
+	 * zero-copy target is an MR of its own, and all of it is open) */
+	if (c.advert && !c.zc)
 		kw_mr_window_move(es->rbuf_mr, 0, es->rs.half);
 	if (es_doorbell(es))
 		es_fail(es, ECONNRESET);
@@ -500,7 +541,7 @@ static void es_credit(struct kw_es *es)
 static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 {
 	u32 slot = (u32)cqe->wr_id & (ES_RQ_ENTRIES - 1);
-	u32 before = es->rs.readable;
+	u32 before = es->rs.readable, zleft = es->rs.zc_left;
 	int ev;
 
 	if (cqe->byte_len != KW_RS_MSG_LEN) {
@@ -514,12 +555,25 @@ static void es_rx_msg(struct kw_es *es, const struct kiwarp_cqe *cqe)
 		es->rx_bytes += es->rs.readable - before;
 		atomic64_add(es->rs.readable - before, &es_stat_rx_bytes);
 		break;
+	case KW_RS_EV_ZC_DATA:
+	case KW_RS_EV_ZC_DONE:
+		if (ev == KW_RS_EV_ZC_DATA)
+			zleft -= es->rs.zc_left;
+		es->zr.bytes += zleft;
+		es->zr_bytes += zleft;
+		es->rx_bytes += zleft;
+		atomic64_add(zleft, &es_stat_rx_bytes);
+		if (ev == KW_RS_EV_ZC_DONE)
+			es_zr_end(es, 0);
+		break;
 	case KW_RS_EV_SHUTDOWN:
 		es->rd_eof = true;
+		es_zr_end(es, 0);	/* no more DATA: as far as it got */
 		break;
 	case KW_RS_EV_DISCONNECT:
 		es->rd_eof = true;
 		es->peer_gone = true;
+		es_zr_end(es, 0);
 		break;
 	case KW_RS_EV_NONE:
 	case KW_RS_EV_CREDIT:
@@ -1154,13 +1208,13 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 			break;
 		gen0 = es->gen;
 		es_process(es);
-		if (peek && es->rs.readable < copied) {
+		if (peek && kw_rs_rx_ready(&es->rs) < copied) {
 			/* another reader took what we peeked at: stop */
 			es_unlock(es, gen0);
 			break;
 		}
 		n = min_t(size_t, len - copied,
-			  es->rs.readable - (peek ? copied : 0));
+			  kw_rs_rx_ready(&es->rs) - (peek ? copied : 0));
 		if (n && !es->rd_shut) {
 			ret = es_copy_out(es, msg, peek ? copied : 0, n);
 			if (!ret) {
@@ -1215,7 +1269,9 @@ static __poll_t es_poll(struct file *file, struct socket *sock,
 	case ES_STARTING:
 		break;
 	case ES_RUN:
-		if (es->rs.readable || es->rd_eof || es->rd_shut)
+		/* (a zero-copy receive that ended is ready to be taken) */
+		if (kw_rs_rx_ready(&es->rs) || es->rd_eof || es->rd_shut ||
+		    es->zr.done)
 			mask |= EPOLLIN | EPOLLRDNORM;
 		if (es->rd_eof)
 			mask |= EPOLLRDHUP;
@@ -1657,7 +1713,7 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->sbuf_size = es->sbuf_size;
 	info->tx_bytes = es->tx_bytes;
 	info->rx_bytes = es->rx_bytes;
-	info->readable = es->rs.readable;
+	info->readable = kw_rs_rx_ready(&es->rs);
 	info->iowrite_bytes = es->iow_bytes;
 	info->ioread_bytes = es->ior_bytes;
 	info->iomap_size = es->iomap_size;
@@ -1665,6 +1721,7 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->zc_bytes = es->zc_bytes;
 	info->mreg_count = es->mreg_count;
 	info->zc_pending = es->zc_tail - es->zc_head;
+	info->zc_rx_bytes = es->zr_bytes;
 	return 0;
 }
 
@@ -1941,6 +1998,161 @@ static int es_mreg_opt(struct kw_es *es, int optname, sockptr_t optval,
 	return ret;
 }
 
+/* ------------------------------------------------- zero-copy receive */
+
+/* [addr, addr + len) lies inside one IWARP_MREG of the caller's. */
+static bool es_mreg_holds(struct kw_es *es, u64 addr, u64 len)
+{
+	u32 i;
+
+	lockdep_assert_held(&es->lock);
+	for (i = 0; es->mregs && i < IWARP_MREG_MAX; i++) {
+		const struct es_mreg *m = &es->mregs[i];
+
+		if (m->used && m->mm == current->mm && addr >= m->addr &&
+		    addr - m->addr <= m->len && len <= m->len -
+		    (addr - m->addr))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * IWARP_RECV_ZC: register the part of the buffer the peer will fill (after
+ * the pre bytes already due through rbuf) for remote write, and hand it
+ * to the protocol as the next target (rsock.c, kw_rs_zc_post()), which
+ * advertises it as soon as the peer has a target SGL entry free.
+ * Registering pins: under es->lock, as IWARP_IOMAP does.
+ */
+static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r)
+{
+	struct kiwarp_reg_mr mr = {
+		.pd = es->pd_handle,
+		.access = KIWARP_ACCESS_LOCAL_WRITE |
+			  KIWARP_ACCESS_REMOTE_WRITE,
+	};
+	struct kiwarp_handle h = {};
+	struct kw_rs_sge z;
+	u64 end;
+	u32 pre;
+	int ret;
+
+	lockdep_assert_held(&es->lock);
+	if (r->flags || r->reserved || !r->len ||
+	    r->len > IWARP_RECV_ZC_MAX ||
+	    check_add_overflow(r->addr, r->len, &end))
+		return -EINVAL;
+	if (es->state != ES_RUN)
+		return es->err ? -es->err : -ENOTCONN;
+	if (es->err)
+		return -es->err;
+	/* one at a time, and the reader past the last one's place */
+	if (es->zr.posted || es->rs.zc_mark)
+		return -EBUSY;
+	if (!es_mreg_holds(es, r->addr, r->len))
+		return -EINVAL;
+	pre = kw_rs_zc_pre(&es->rs);
+	if (es->rd_eof || es->rd_shut || r->len <= pre)
+		return -EAGAIN;		/* nothing would arrive in place */
+	mr.addr = r->addr + pre;
+	mr.length = r->len - pre;
+	ret = kw_mr_reg(es->ctx, &mr);
+	if (ret)
+		return ret;
+	z.addr = mr.addr;	/* the TO base is the address */
+	z.key = mr.stag;
+	z.len = mr.length;
+	ret = kw_rs_zc_post(&es->rs, &z);
+	if (WARN_ON_ONCE(ret)) {
+		h.handle = mr.handle;
+		kw_mr_dereg(es->ctx, &h);
+		return ret;
+	}
+	memset(&es->zr, 0, sizeof(es->zr));
+	es->zr.posted = true;
+	es->zr.mr_handle = mr.handle;
+	es->zr.id = r->id;
+	es->zr.len = z.len;
+	r->pre = pre;
+	es_credit(es);		/* out now if an entry is free */
+	es->gen++;
+	return 0;
+}
+
+/* IWARP_RECV_ZC_DONE: the result once it ended, and it is forgotten. */
+static int es_recv_zc_done(struct kw_es *es, struct iwarp_recv_zc_done *d)
+{
+	lockdep_assert_held(&es->lock);
+	if (!es->zr.posted)
+		return -ENOENT;
+	if (!es->zr.done && (es->state != ES_RUN || es->err))
+		es_zr_end(es, es->err ?: ENOTCONN);
+	if (!es->zr.done)
+		return -EAGAIN;
+	memset(d, 0, sizeof(*d));
+	d->id = es->zr.id;
+	d->bytes = es->zr.bytes;
+	d->error = es->zr.err;
+	memset(&es->zr, 0, sizeof(es->zr));
+	return 0;
+}
+
+/* IWARP_RECV_ZC_CANCEL: one the peer may still write into resets. */
+static int es_recv_zc_cancel(struct kw_es *es)
+{
+	lockdep_assert_held(&es->lock);
+	if (!es->zr.posted)
+		return -ENOENT;
+	if (!es->zr.done) {
+		if (es->rs.zc_adv && es->state == ES_RUN)
+			es_fail(es, ECANCELED);	/* ends it too */
+		else
+			es_zr_end(es, ECANCELED);
+	}
+	memset(&es->zr, 0, sizeof(es->zr));
+	return 0;
+}
+
+/* getsockopt(IWARP_RECV_ZC, IWARP_RECV_ZC_DONE): structs in and out. */
+static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
+			  int __user *optlen)
+{
+	union {
+		struct iwarp_recv_zc r;
+		struct iwarp_recv_zc_done d;
+	} u;
+	int len, size = optname == IWARP_RECV_ZC ? sizeof(u.r) : sizeof(u.d);
+	int ret;
+	u32 gen0;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < size)
+		return -EINVAL;
+	if (optname == IWARP_RECV_ZC &&
+	    copy_from_user(&u.r, optval, sizeof(u.r)))
+		return -EFAULT;
+	ret = es_lock(es, false);
+	if (ret)
+		return ret;
+	gen0 = es->gen;
+	es_process(es);
+	if (optname == IWARP_RECV_ZC)
+		ret = es_recv_zc(es, &u.r);
+	else
+		ret = es_recv_zc_done(es, &u.d);
+	es_unlock(es, gen0);
+	/*
+	 * A result that cannot be copied out is lost (as a recv() whose
+	 * buffer faults loses nothing, but here it was taken): the bytes
+	 * are in the caller's buffer all the same.
+	 */
+	if (!ret && (copy_to_user(optval, &u, size) ||
+		     put_user(size, optlen)))
+		ret = -EFAULT;
+	return ret;
+}
+
 static int es_setsockopt(struct socket *sock, int level, int optname,
 			 sockptr_t optval, unsigned int optlen)
 {
@@ -1958,6 +2170,18 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 		return es_iomap_opt(es, optname, optval, optlen);
 	if (optname == IWARP_MREG || optname == IWARP_MDEREG)
 		return es_mreg_opt(es, optname, optval, optlen);
+	if (optname == IWARP_RECV_ZC_CANCEL) {
+		u32 gen0;
+
+		ret = es_lock(es, false);
+		if (ret)
+			return ret;
+		gen0 = es->gen;
+		es_process(es);
+		ret = es_recv_zc_cancel(es);
+		es_unlock(es, gen0);
+		return ret;
+	}
 	if (optname != IWARP_MODE && optname != IWARP_CRC &&
 	    optname != IWARP_IOMAP_SIZE)
 		return -ENOPROTOOPT;
@@ -2195,6 +2419,8 @@ static int es_getsockopt(struct socket *sock, int level, int optname,
 		return -ENOPROTOOPT;
 	if (optname == IWARP_IOREAD)
 		return es_ioread_opt(es, optval, optlen);
+	if (optname == IWARP_RECV_ZC || optname == IWARP_RECV_ZC_DONE)
+		return es_recv_zc_opt(es, optname, optval, optlen);
 	if (get_user(len, optlen))
 		return -EFAULT;
 	if (len < 0)
@@ -2250,7 +2476,8 @@ static int es_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 		if (!es_lock_brief(es))
 			return put_user(0, (int __user *)arg);	/* switching */
 		es_process(es);
-		n = cmd == SIOCINQ ? es->rs.readable : es->sb_head - es->sb_tail;
+		n = cmd == SIOCINQ ? kw_rs_rx_ready(&es->rs) :
+				     es->sb_head - es->sb_tail;
 		mutex_unlock(&es->lock);
 		return put_user(n, (int __user *)arg);
 	case SIOCATMARK:
@@ -2357,7 +2584,10 @@ static int es_release(struct socket *sock)
 	mutex_lock(&es->lock);
 	if (es->state == ES_RUN) {
 		es_process(es);
-		if (es->rs.readable || !timeo)
+		/* unread data, or a zero-copy receive the peer may still
+		 * write into: a reset, as TCP's close with unread data */
+		if (es->rs.readable || !timeo ||
+		    (es->zr.posted && !es->zr.done))
 			es_fail(es, ECONNRESET);
 		es->rd_shut = true;
 		es->wr_shut = true;

@@ -71,6 +71,7 @@
 #define EXS_GEN_SHIFT	12		/* handle = gen << 12 | slot */
 #define EXS_GEN_MAX	(INT_MAX >> EXS_GEN_SHIFT)
 #define EXS_FD_MREGS	IWARP_MREG_MAX	/* per socket, the kernel's limit */
+#define EXS_RZC_MIN	(64 * 1024)	/* smaller receives copy */
 
 #ifndef SO_EE_ORIGIN_ZEROCOPY
 #define SO_EE_ORIGIN_ZEROCOPY	5
@@ -94,6 +95,10 @@ struct exs_op {
 	int nfd;		/* EXS_EVT_ACCEPT: the socket, or -1 */
 	bool ended;		/* no more bytes will move */
 	bool zc;		/* sent with MSG_ZEROCOPY */
+	bool rzc_tried;		/* a receive: zero-copy was considered */
+	bool rzc;		/* ... posted in the kernel (IWARP_RECV_ZC) */
+	size_t rzc_pre;		/* done reaches this by recv(), then the
+				 * rest arrives in place */
 	uint32_t id_first;	/* its calls' ids: id_first .. + ids - 1 */
 	uint32_t ids, ids_done;
 };
@@ -576,6 +581,49 @@ static void fd_send(int fd, struct exs_fd *st, uint32_t *wait)
 	}
 }
 
+/*
+ * A receive of registered memory that wants all its bytes (MSG_WAITALL)
+ * and is large: the peer's Writes may land in it directly. The kernel
+ * says how many bytes before that still come through the socket's
+ * receive buffer (rzc_pre); any refusal (EAGAIN: none would land in
+ * place) leaves the receive to recv().
+ */
+static void fd_recv_zc_post(int fd, struct exs_fd *st, struct exs_op *op)
+{
+	struct iwarp_recv_zc r = { 0 };
+	socklen_t len = sizeof(r);
+
+	op->rzc_tried = true;
+	if (op->mh == EXS_MHANDLE_INVALID || !(op->flags & MSG_WAITALL) ||
+	    op->len - op->done < EXS_RZC_MIN || st->eof || st->rcv_err ||
+	    !fd_zc_ready(fd, st, op->mh))
+		return;
+	r.addr = (uintptr_t)(op->buf + op->done);
+	r.len = op->len - op->done;
+	if (getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC, &r, &len))
+		return;
+	op->rzc = true;
+	op->rzc_pre = op->done + r.pre;
+}
+
+/* Its result, once the bytes before it were read; false: not yet. */
+static bool fd_recv_zc_done(int fd, struct exs_fd *st, struct exs_op *op)
+{
+	struct iwarp_recv_zc_done d = { 0 };
+	socklen_t len = sizeof(d);
+
+	if (getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &len)) {
+		if (errno == EAGAIN)
+			return false;
+		d.error = errno;	/* the socket went (ENOENT cannot be) */
+	}
+	op->rzc = false;
+	op->done += d.bytes;
+	if (d.error && !st->rcv_err)
+		st->rcv_err = d.error;
+	return true;
+}
+
 /* Fill rq's buffers from what the socket has. */
 static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 {
@@ -602,9 +650,13 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 			op_complete(fd, st, op);
 			continue;
 		}
-		while (!st->eof && !st->rcv_err && op->done < op->len) {
+		if (!op->rzc_tried)
+			fd_recv_zc_post(fd, st, op);
+		while (!st->eof && !st->rcv_err &&
+		       op->done < (op->rzc ? op->rzc_pre : op->len)) {
 			ssize_t n = recv(fd, op->buf + op->done,
-					 op->len - op->done, MSG_DONTWAIT);
+					 (op->rzc ? op->rzc_pre : op->len) -
+					 op->done, MSG_DONTWAIT);
 
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -624,6 +676,11 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 			op->done += n;
 			if (!(op->flags & MSG_WAITALL))
 				break;
+		}
+		/* the bytes before it are in (or the stream ended): its turn */
+		if (op->rzc && !fd_recv_zc_done(fd, st, op)) {
+			*wait |= EPOLLIN;
+			return;
 		}
 		if (st->rcv_err)
 			op->err = st->rcv_err;
@@ -1069,6 +1126,11 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 				st->sq = op->next;
 			else
 				st->rq = op->next;
+			/* the kernel forgets it (one the peer may still
+			 * write into resets the connection) */
+			if (op->rzc && fd_same(fd, st))
+				setsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_CANCEL,
+					   NULL, 0);
 			if (op->mh != EXS_MHANDLE_INVALID)
 				mreg_of(op->mh)->busy--;
 			free(op);

@@ -2097,6 +2097,128 @@ TEST(exs_api_on_an_iwarp_stream)
 	close(s);
 }
 
+/*
+ * exs_recv(MSG_WAITALL) of exs_mregister()ed memory: the peer's Writes
+ * land in the buffer itself (the socket's zc_rx_bytes), past the bytes
+ * already due through the stream's receive buffer, which a receive takes
+ * first; receives of other kinds in between copy; every byte in order.
+ * A queue deleted under a receive the peer was given resets the stream,
+ * and nothing stays pinned.
+ */
+TEST(exs_api_zero_copy_receive)
+{
+	static const size_t sz[] = { 65537, 1 << 20, 3000, (2 << 20) + 123,
+				     70000 };
+	const size_t big = 4 << 20;
+	size_t total = 0, off = 0, zc_min = 0;
+	uint8_t *rb = map_anon(big), *src;
+	struct xfer x = { .chunk = 100000 };
+	exs_event_t ev[2];
+	struct iwarp_info is;
+	exs_qhandle_t q;
+	exs_mhandle_t mh;
+	long base;
+	int c, s, k;
+
+	ASSERT_TRUE(rb != NULL);
+	for (k = 0; k < 5; k++)
+		total += sz[k];
+	src = malloc(total);
+	ASSERT_TRUE(src != NULL);
+	fill(src, total, 77);
+	ASSERT_EQ(es_pair(&c, &s), 0);
+	ASSERT_EQ(exs_init(EXS_VERSION), 0);
+	q = exs_qcreate(4);
+	ASSERT_GE(q, 0);
+	base = vm_pinned_kb();
+	mh = exs_mregister(rb, big, 0);
+	ASSERT_GE(mh, 0);
+	x.fd = c;
+	x.buf = src;
+	x.len = total;
+	ASSERT_EQ(pthread_create(&x.t, NULL, writer, &x), 0);
+	for (k = 0; k < 5; k++) {
+		/* the 3000 bytes go to unregistered memory; the last 70000
+		 * without MSG_WAITALL: both copy */
+		int reg = k != 2, all = k != 4;
+		uint8_t *dst = reg ? rb + 4096 * k : malloc(sz[k]);
+		size_t got = 0;
+
+		ASSERT_TRUE(dst != NULL);
+		memset(dst, 0, sz[k]);
+		while (got < sz[k]) {
+			ASSERT_EQ(exs_recv(s, dst + got, sz[k] - got,
+					   all ? MSG_WAITALL : 0,
+					   reg ? mh : EXS_MHANDLE_INVALID, q,
+					   (void *)(uintptr_t)(k + 1)), 0);
+			ASSERT_EQ(dequeue_all(q, ev, 1, 20000), 1);
+			EXPECT_EQ(ev[0].exs_evt_errno, 0);
+			EXPECT_TRUE(ev[0].exs_evt_context ==
+				    (void *)(uintptr_t)(k + 1));
+			ASSERT_GT(ev[0].exs_evt_nbytes, 0);
+			if (all)
+				EXPECT_EQ(ev[0].exs_evt_nbytes, sz[k]);
+			got += ev[0].exs_evt_nbytes;
+		}
+		if (memcmp(dst, src + off, sz[k]))
+			note("receive %d: bytes differ", k);
+		EXPECT_MEMEQ(dst, src + off, sz[k]);
+		off += sz[k];
+		if (!reg)
+			free(dst);
+	}
+	pthread_join(x.t, NULL);
+	EXPECT_EQ(x.ret, 0);
+	/* all but what was already due through rbuf (128 KiB) each time */
+	zc_min = sz[0] + sz[1] + sz[3] - 3 * 131072;
+	ASSERT_EQ(info(s, &is), 0);
+	note("%llu of %zu bytes in place", (unsigned long long)is.zc_rx_bytes,
+	     total);
+	EXPECT_GE(is.zc_rx_bytes, zc_min);
+	EXPECT_LE(is.zc_rx_bytes, sz[0] + sz[1] + sz[3]);
+	/* the targets' registrations went as they filled */
+	EXPECT_EQ(exs_mderegister(mh), 0);
+	EXPECT_EQ(vm_pinned_kb(), base);
+
+	/* deleted under one the peer was given */
+	zc_min = is.zc_rx_bytes;
+	mh = exs_mregister(rb, big, 0);
+	ASSERT_GE(mh, 0);
+	ASSERT_EQ(exs_recv(s, rb, 1 << 20, MSG_WAITALL, mh, q, NULL), 0);
+	x.len = 300000;
+	x.ret = 0;
+	ASSERT_EQ(pthread_create(&x.t, NULL, writer, &x), 0);
+	/* the queue's progress reads the bytes before the target and has
+	 * it advertised; the writer fills part of it */
+	for (k = 0; k < 50; k++) {
+		EXPECT_EQ(dequeue_all(q, ev, 1, 100), 0);
+		ASSERT_EQ(info(s, &is), 0);
+		if (is.zc_rx_bytes > zc_min + 10000)
+			break;
+	}
+	note("%llu bytes in place before the delete",
+	     (unsigned long long)(is.zc_rx_bytes - zc_min));
+	EXPECT_LT(k, 50);
+	EXPECT_EQ(exs_qdelete(q), 0);
+	{
+		char b[4096];
+		ssize_t r;
+
+		do {
+			r = recv(s, b, sizeof(b), 0);
+		} while (r > 0);
+		EXPECT_EQ(r, -1);
+		EXPECT_EQ(errno, ECANCELED);
+	}
+	pthread_join(x.t, NULL);	/* its stream was reset */
+	EXPECT_EQ(exs_mderegister(mh), 0);
+	EXPECT_EQ(vm_pinned_kb(), base);
+	close(c);
+	close(s);
+	free(src);
+	munmap(rb, big);
+}
+
 /* The same calls on plain TCP sockets (no ULP): copies, same events;
  * the end of the stream and a reset end pending operations. */
 TEST(exs_api_on_plain_tcp_and_the_end_of_streams)

@@ -905,3 +905,293 @@ TEST(ioread_on_the_wire)
 		hp_close(&h);
 	}
 }
+
+/* ------------------------------------------------- zero-copy receive */
+
+static int rzc_post(int fd, void *buf, uint64_t len, uint64_t *pre)
+{
+	struct iwarp_recv_zc r = { .addr = (uintptr_t)buf, .len = len };
+	socklen_t l = sizeof(r);
+
+	if (getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC, &r, &l))
+		return -errno;
+	*pre = r.pre;
+	return 0;
+}
+
+/* IWARP_RECV_ZC_DONE, waiting up to ms for it: 0 or -errno. */
+static int rzc_done(int fd, struct iwarp_recv_zc_done *d, int ms)
+{
+	socklen_t l = sizeof(*d);
+	double end = now() + ms / 1000.0;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (!getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_DONE, d, &l))
+			return 0;
+		if (errno != EAGAIN || now() > end)
+			return -errno;
+		poll(&p, 1, 100);
+	}
+}
+
+/* The target the ES socket advertised: an entry of the raw peer's target
+ * SGL under another STag than its receive buffer's. */
+static u32 rbuf_key;
+static struct kw_rs_sge zc_sge;
+
+static bool zc_advertised(const struct rp_sink *s)
+{
+	int i;
+
+	(void)s;
+	for (i = 0; i < 2; i++) {
+		kw_rs_sge_decode(peer_mem + PEER_TSGL_TO + i * KW_RS_SGE_LEN,
+				 &zc_sge);
+		if (zc_sge.len && zc_sge.key != rbuf_key)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The ES socket takes what came (and advertises what is due) only in a
+ * call on it, as in any: once the raw peer's bytes are all in, ask for
+ * the result, which is not there yet.
+ */
+static int es_poke(struct hp *h)
+{
+	struct iwarp_recv_zc_done d;
+
+	if (raw_all_taken(h))
+		return 1;
+	return rzc_done(h->es, &d, 0) == -EAGAIN ? 0 : 2;
+}
+
+/* rbuf 16 KiB (halves of 8), a 256 KiB buffer registered and posted:
+ * the raw peer fills the halves it holds, then the target it is given. */
+#define ZC_RBUF		16384
+#define ZC_HALF		(ZC_RBUF / 2)
+#define ZC_BUF		(256 * 1024)
+
+static int zc_setup(struct hp *h, struct kw_rx *rx, u8 *m, uint64_t *pre)
+{
+	struct iwarp_mreg r = { .addr = (uintptr_t)m, .len = ZC_BUF };
+
+	if (hp_connect(h, ZC_RBUF / 2))	/* Linux doubles SO_RCVBUF */
+		return 1;
+	if (h->es_conn.data_buf.len != ZC_HALF)
+		return 2;
+	rbuf_key = h->es_conn.data_buf.key;
+	rec_start(h, rx);
+	/* the MPA responder speaks after the initiator's first FPDU */
+	if (hp_msg(h, KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_CTRL_KEEPALIVE)) ||
+	    raw_all_taken(h))
+		return 3;
+	if (setsockopt(h->es, SOL_IWARP, IWARP_MREG, &r, sizeof(r)))
+		return 4;
+	if (rzc_post(h->es, m, ZC_BUF, pre))
+		return 5;
+	return 0;
+}
+
+/*
+ * Zero-copy receive as an RNIC sees it: the ES socket gives the peer the
+ * application's buffer, past the bytes already due through its receive
+ * buffer, as a target SGL entry of its own STag once an entry is free
+ * (not before: both halves of rbuf are out first). The peer's Writes
+ * land in place; the result says so; a Write under that STag afterwards
+ * is an invalid-STag Terminate, and the buffer keeps what it had.
+ */
+TEST(zero_copy_receive_on_the_wire)
+{
+	static u8 q[ZC_BUF];
+	u8 *m = mmap(NULL, ZC_BUF, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct iwarp_recv_zc_done d;
+	struct iwarp_info info;
+	socklen_t il = sizeof(info);
+	uint64_t pre = 0;
+	struct kw_rx rx;
+	struct hp h;
+	u32 off, i;
+	int err, bad;
+
+	ASSERT_TRUE(m != MAP_FAILED);
+	memset(m, 0, ZC_BUF);
+	ASSERT_EQ(zc_setup(&h, &rx, m, &pre), 0);
+	note("pre %llu", (unsigned long long)pre);
+	EXPECT_EQ(pre, ZC_RBUF);	/* both halves are the peer's */
+	EXPECT_EQ(rzc_post(h.es, m, ZC_BUF, &pre), -EBUSY);
+	EXPECT_EQ(rzc_done(h.es, &d, 0), -EAGAIN);
+	rp_read(&h.p, &rx, &sink, 1, zc_advertised);
+	EXPECT_FALSE(zc_advertised(&sink));	/* no entry free */
+
+	/* half 0 fills: its entry is free, and the target goes there */
+	ASSERT_EQ(hp_data(&h, 0, ZC_HALF, 'A'), 0);
+	ASSERT_EQ(es_poke(&h), 0);
+	rp_read(&h.p, &rx, &sink, 5, zc_advertised);
+	ASSERT_TRUE(zc_advertised(&sink));
+	note("target %#llx key %#x len %u", (unsigned long long)zc_sge.addr,
+	     zc_sge.key, zc_sge.len);
+	EXPECT_EQ(zc_sge.addr, (uintptr_t)m + ZC_RBUF);
+	EXPECT_EQ(zc_sge.len, ZC_BUF - ZC_RBUF);
+	/* half 1, then the target, as rsockets' sender goes */
+	ASSERT_EQ(hp_data(&h, ZC_HALF, ZC_HALF, 'B'), 0);
+	for (i = 0; i < sizeof(q); i++)
+		q[i] = (u8)(i * 7 + 3);
+	for (off = 0; off < zc_sge.len; off += 60000) {
+		u32 n = zc_sge.len - off < 60000 ? zc_sge.len - off : 60000;
+
+		ASSERT_EQ(hp_write_to(&h, zc_sge.key, zc_sge.addr + off,
+				      q + off, n), 0);
+		ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, n)), 0);
+	}
+	/* the reader gets the halves, and stops at the target's place */
+	ASSERT_EQ(es_wait_readable(&h, ZC_RBUF), 0);
+	ASSERT_EQ(recv(h.es, m, ZC_BUF, MSG_DONTWAIT), ZC_RBUF);
+	EXPECT_EQ(m[0], 'A');
+	EXPECT_EQ(m[ZC_RBUF - 1], 'B');
+	ASSERT_EQ(rzc_done(h.es, &d, 5000), 0);
+	EXPECT_EQ(d.bytes, ZC_BUF - ZC_RBUF);
+	EXPECT_EQ(d.error, 0);
+	EXPECT_MEMEQ(m + ZC_RBUF, q, ZC_BUF - ZC_RBUF);
+	EXPECT_EQ(rzc_done(h.es, &d, 0), -ENOENT);
+	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &info, &il), 0);
+	EXPECT_EQ(info.zc_rx_bytes, ZC_BUF - ZC_RBUF);
+
+	/* the stream goes on through rbuf */
+	ASSERT_EQ(hp_data(&h, 0, 100, 'D'), 0);
+	ASSERT_EQ(es_wait_readable(&h, 100), 0);
+	ASSERT_EQ(recv(h.es, q, sizeof(q), MSG_DONTWAIT), 100);
+	EXPECT_EQ(q[0], 'D');
+
+	/* the target's STag is gone */
+	memset(q, 'X', 1000);
+	ASSERT_EQ(hp_write_to(&h, zc_sge.key, zc_sge.addr, q, 1000), 0);
+	rp_read(&h.p, &rx, &sink, 10, NULL);	/* on the same stream */
+	ASSERT_TRUE(sink.got_term);
+	EXPECT_EQ(sink.term.layer, KW_TERM_LAYER_DDP);
+	EXPECT_EQ(sink.term.etype, KW_TERM_DDP_ETYPE_TAGGED);
+	EXPECT_EQ(sink.term.ecode, KW_TERM_DDP_T_INV_STAG);
+	EXPECT_EQ(m[ZC_RBUF], (u8)3);
+	es_drain(&h, 0, &err, &bad);
+	EXPECT_STREAM_ERROR(err);
+	hp_close(&h);
+	munmap(m, ZC_BUF);
+}
+
+/*
+ * A peer that announces more than the target holds, or Writes past its
+ * end, ends the stream: the receive ends with the error, and nothing
+ * lands outside the buffer's share.
+ */
+TEST(zero_copy_receive_hostile_peer)
+{
+	u8 *m = mmap(NULL, 2 * ZC_BUF, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), q[1000];
+	struct iwarp_recv_zc_done d;
+	uint64_t pre;
+	struct kw_rx rx;
+	struct hp h;
+	int err, bad, k;
+
+	ASSERT_TRUE(m != MAP_FAILED);
+	memset(q, 'Z', sizeof(q));
+	for (k = 0; k < 2; k++) {
+		memset(m, 0, 2 * ZC_BUF);
+		ASSERT_EQ(zc_setup(&h, &rx, m, &pre), 0);
+		ASSERT_EQ(hp_data(&h, 0, ZC_HALF, 'A'), 0);
+		ASSERT_EQ(es_poke(&h), 0);
+	rp_read(&h.p, &rx, &sink, 5, zc_advertised);
+		ASSERT_TRUE(zc_advertised(&sink));
+		ASSERT_EQ(hp_data(&h, ZC_HALF, ZC_HALF, 'B'), 0);
+		if (k == 0) {	/* DATA beyond it */
+			ASSERT_EQ(hp_write_to(&h, zc_sge.key, zc_sge.addr,
+					      q, sizeof(q)), 0);
+			ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA,
+						       zc_sge.len + 1)), 0);
+		} else {	/* a Write across its end */
+			ASSERT_EQ(hp_write_to(&h, zc_sge.key, zc_sge.addr +
+					      zc_sge.len - 10, q, 100), 0);
+			EXPECT_BOUNDS_TERMINATE(&h);
+		}
+		ASSERT_EQ(rzc_done(h.es, &d, 5000), 0);
+		note("case %d: bytes %llu error %u", k,
+		     (unsigned long long)d.bytes, d.error);
+		EXPECT_EQ(d.bytes, 0);
+		EXPECT_TRUE(d.error == EPROTO || d.error == ECONNRESET);
+		/* nothing of the Write across the end, nothing past it */
+		EXPECT_EQ(m[ZC_BUF - 11], 0);
+		EXPECT_EQ(m[ZC_BUF - 1], 0);
+		EXPECT_EQ(m[ZC_BUF], 0);
+		es_drain(&h, 0, &err, &bad);
+		EXPECT_STREAM_ERROR(err);
+		hp_close(&h);
+	}
+	munmap(m, 2 * ZC_BUF);
+}
+
+/* Bad arguments, and the cancel of one the peer was never given (the
+ * stream goes on) and of one it was (the stream is reset). */
+TEST(zero_copy_receive_arguments_and_cancel)
+{
+	u8 *m = mmap(NULL, ZC_BUF, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), b[200];
+	struct iwarp_recv_zc r = { 0 };
+	struct iwarp_recv_zc_done d;
+	socklen_t l = sizeof(r);
+	uint64_t pre;
+	struct kw_rx rx;
+	struct hp h;
+	int err, bad;
+
+	ASSERT_TRUE(m != MAP_FAILED);
+	ASSERT_EQ(zc_setup(&h, &rx, m, &pre), 0);
+	ASSERT_EQ(setsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC_CANCEL, NULL, 0),
+		  0);
+	EXPECT_EQ(setsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC_CANCEL, NULL, 0),
+		  -1);
+	EXPECT_EQ(errno, ENOENT);
+	EXPECT_EQ(rzc_done(h.es, &d, 0), -ENOENT);
+	/* not registered, not all inside, flags, short option, too long */
+	EXPECT_EQ(rzc_post(h.es, b, sizeof(b), &pre), -EINVAL);
+	EXPECT_EQ(rzc_post(h.es, m + 4096, ZC_BUF, &pre), -EINVAL);
+	EXPECT_EQ(rzc_post(h.es, m, 0, &pre), -EINVAL);
+	r.addr = (uintptr_t)m;
+	r.len = ZC_BUF;
+	r.flags = 1;
+	EXPECT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC, &r, &l), -1);
+	EXPECT_EQ(errno, EINVAL);
+	r.flags = 0;
+	l = sizeof(r) - 1;
+	EXPECT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC, &r, &l), -1);
+	EXPECT_EQ(errno, EINVAL);
+	r.addr = ~0ULL - 10;
+	l = sizeof(r);
+	EXPECT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC, &r, &l), -1);
+	EXPECT_EQ(errno, EINVAL);
+	/* no longer than what is due through rbuf: recv() it */
+	EXPECT_EQ(rzc_post(h.es, m, ZC_RBUF, &pre), -EAGAIN);
+	/* the stream went on */
+	ASSERT_EQ(hp_data(&h, 0, 100, 'A'), 0);
+	ASSERT_EQ(es_wait_readable(&h, 100), 0);
+	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_DONTWAIT), 100);
+	EXPECT_EQ(b[99], 'A');
+
+	/* one that went out: a cancel resets */
+	ASSERT_EQ(rzc_post(h.es, m, ZC_BUF, &pre), 0);
+	ASSERT_EQ(hp_data(&h, 100, ZC_HALF - 100, 'A'), 0);
+	ASSERT_EQ(es_poke(&h), 0);
+	rp_read(&h.p, &rx, &sink, 5, zc_advertised);
+	ASSERT_TRUE(zc_advertised(&sink));
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	ASSERT_EQ(setsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC_CANCEL, NULL, 0),
+		  0);
+	es_drain(&h, 'A', &err, &bad);
+	note("after the cancel: errno %d", err);
+	EXPECT_EQ(err, ECANCELED);
+	hp_close(&h);
+	munmap(m, ZC_BUF);
+}

@@ -665,12 +665,61 @@ struct kiwarp_cqe {
 #define IWARP_MREG		9
 #define IWARP_MDEREG		10
 #define IWARP_MREG_MAX		64
+/*
+ * Zero-copy receive into registered memory (Documentation/extended-sockets.md,
+ * "Zero-copy receives"): the peer RDMA-Writes the stream's bytes straight
+ * into the application's buffer, which is advertised to it in place of the
+ * receive buffer (rsockets' target SGL, so rsockets peers fill it too).
+ *
+ * IWARP_RECV_ZC       get, struct iwarp_recv_zc (in: addr, len, id; out:
+ *                     pre), on a running stream: the next len bytes of the
+ *                     stream go to [addr, addr + len), which must lie
+ *                     inside one IWARP_MREG registration of the caller's.
+ *                     The first pre of them are already on their way
+ *                     through the receive buffer: the caller takes them
+ *                     with recv() as usual (a read stops there, and the
+ *                     bytes after the buffer's share wait until it is
+ *                     full). The other len - pre arrive in place. One at a
+ *                     time (EBUSY). EAGAIN when none would arrive in place
+ *                     (len <= pre, or the peer sends no more): receive
+ *                     them with recv(). Pinned memory counts against
+ *                     RLIMIT_MEMLOCK. At most IWARP_RECV_ZC_MAX bytes.
+ * IWARP_RECV_ZC_DONE  get, struct iwarp_recv_zc_done: EAGAIN until the
+ *                     buffer's share is full, or the stream ends (bytes:
+ *                     what arrived in place) or fails (error); then the
+ *                     result, once, and the peer can no longer write into
+ *                     the buffer. POLLIN when it is ready. ENOENT if none
+ *                     was posted.
+ * IWARP_RECV_ZC_CANCEL set, no argument: forget the posted one. If it had
+ *                     been advertised and was not full, the peer may still
+ *                     write into it: the connection is reset (ECANCELED).
+ */
+#define IWARP_RECV_ZC		11
+#define IWARP_RECV_ZC_DONE	12
+#define IWARP_RECV_ZC_CANCEL	13
+#define IWARP_RECV_ZC_MAX	(1U << 30)
 
 struct iwarp_mreg {
 	__aligned_u64 addr;
 	__aligned_u64 len;
 	__u32 flags;		/* 0 */
 	__u32 reserved;		/* 0 */
+};
+
+struct iwarp_recv_zc {
+	__aligned_u64 addr;	/* in: where the bytes go */
+	__aligned_u64 len;	/* in: how many, all of them (MSG_WAITALL) */
+	__aligned_u64 id;	/* in: returned by IWARP_RECV_ZC_DONE */
+	__aligned_u64 pre;	/* out: the first ones, to recv() */
+	__u32 flags;		/* in: 0 */
+	__u32 reserved;		/* in: 0 */
+};
+
+struct iwarp_recv_zc_done {
+	__aligned_u64 id;	/* IWARP_RECV_ZC's */
+	__aligned_u64 bytes;	/* arrived in place: len - pre when full */
+	__u32 error;		/* 0, or positive errno: the stream failed */
+	__u32 reserved;
 };
 
 struct iwarp_iomap {
@@ -715,6 +764,7 @@ struct iwarp_info {
 	__aligned_u64 zc_bytes;	/* sent from IWARP_MREG memory (MSG_ZEROCOPY) */
 	__u32 mreg_count;	/* IWARP_MREG registrations */
 	__u32 zc_pending;	/* MSG_ZEROCOPY calls not yet notified */
+	__aligned_u64 zc_rx_bytes;	/* received in place (IWARP_RECV_ZC) */
 };
 
 /* ---------------------------------------------------------------------- */
