@@ -8,9 +8,12 @@
  * follow one running counter (mod 256) and are checked on receipt.
  *
  *   es-peer (--client ADDR | --server ADDR) --port P --size S
- *           [--count C] [--iters I] [--plain] [--nonblock]
+ *           [--count C] [--iters I] [--plain] [--nonblock] [--zc-recv]
  *
  * --plain skips the switch (the peer is `rstream -T s`, plain sockets).
+ * --zc-recv receives each transfer into registered memory with
+ * IWARP_RECV_ZC (the peer's Writes land in it, past the bytes already
+ * due through the receive buffer, 128 KiB): at least one byte must.
  * Exit 0 when every byte was right; prints "es-peer: ok ..." with the
  * IWARP_INFO counters that show the bytes went over iWARP.
  */
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,16 +41,65 @@
 
 static uint8_t tx_data, rx_data;
 static long long rx_total;
-static int nonblock;
+static int nonblock, zc_recv;
+
+/*
+ * IWARP_RECV_ZC of the whole transfer: *limit becomes the bytes to recv()
+ * before the rest lands in place (size when it was refused: EAGAIN).
+ */
+static int zc_post(int fd, uint8_t *buf, size_t size, size_t *limit)
+{
+	struct iwarp_recv_zc r = { .addr = (uintptr_t)buf, .len = size };
+	socklen_t l = sizeof(r);
+
+	*limit = size;
+	if (getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC, &r, &l))
+		return errno == EAGAIN ? 0 : -1;
+	*limit = r.pre;
+	return 1;
+}
+
+/* ... and its result, once the bytes before it were read */
+static int zc_wait(int fd, size_t want)
+{
+	struct iwarp_recv_zc_done d;
+	socklen_t l = sizeof(d);
+	int i;
+
+	for (i = 0; i < 300; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (!getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &l))
+			break;
+		if (errno != EAGAIN) {
+			perror("es-peer: IWARP_RECV_ZC_DONE");
+			return -1;
+		}
+		poll(&p, 1, 100);
+	}
+	if (i == 300 || d.error || d.bytes != want) {
+		fprintf(stderr, "es-peer: zero-copy receive: %llu of %zu bytes, "
+			"error %u\n", i == 300 ? 0ULL :
+			(unsigned long long)d.bytes, want, i == 300 ? ETIMEDOUT :
+			d.error);
+		return -1;
+	}
+	return 0;
+}
 
 static int xfer(int fd, uint8_t *buf, size_t size, int out)
 {
-	size_t off = 0, i;
+	size_t off = 0, i, limit = size;
+	int zc = 0;
 
 	if (out)
 		for (i = 0; i < size; i++)
 			buf[i] = tx_data++;
-	while (off < size) {
+	if (!out && zc_recv && (zc = zc_post(fd, buf, size, &limit)) < 0) {
+		perror("es-peer: IWARP_RECV_ZC");
+		return -1;
+	}
+	while (off < limit) {
 		ssize_t n;
 
 		if (nonblock) {
@@ -59,7 +112,7 @@ static int xfer(int fd, uint8_t *buf, size_t size, int out)
 			}
 		}
 		n = out ? send(fd, buf + off, size - off, MSG_NOSIGNAL) :
-			  recv(fd, buf + off, size - off, 0);
+			  recv(fd, buf + off, limit - off, 0);
 		if (n > 0) {
 			off += n;
 			continue;
@@ -71,6 +124,8 @@ static int xfer(int fd, uint8_t *buf, size_t size, int out)
 			n ? strerror(errno) : "end of stream");
 		return -1;
 	}
+	if (zc && zc_wait(fd, size - limit))
+		return -1;
 	if (!out)
 		for (i = 0; i < size; i++, rx_total++)
 			if (buf[i] != rx_data++) {
@@ -88,7 +143,7 @@ int main(int argc, char **argv)
 		{ "port", 1, 0, 'p' }, { "size", 1, 0, 'S' },
 		{ "count", 1, 0, 'C' }, { "iters", 1, 0, 'I' },
 		{ "plain", 0, 0, 'P' }, { "nonblock", 0, 0, 'n' },
-		{ 0, 0, 0, 0 }
+		{ "zc-recv", 0, 0, 'z' }, { 0, 0, 0, 0 }
 	};
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	const char *addr = NULL;
@@ -108,12 +163,17 @@ int main(int argc, char **argv)
 		case 'I': iters = atoi(optarg); break;
 		case 'P': plain = 1; break;
 		case 'n': nonblock = 1; break;
+		case 'z': zc_recv = 1; break;
 		default: return 2;
 		}
 	}
-	if (!addr || size < 16 || count < 1 || iters < 1)
+	if (!addr || size < 16 || count < 1 || iters < 1 ||
+	    (zc_recv && (plain || nonblock)))
 		return 2;
-	buf = malloc(size);
+	buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		return 1;
 	a.sin_port = htons(port);
 	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1)
 		return 2;
@@ -148,7 +208,8 @@ int main(int argc, char **argv)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_sz, sizeof(buf_sz));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_sz, sizeof(buf_sz));
+	if (!zc_recv)	/* (zero copy: the default 128 KiB) */
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_sz, sizeof(buf_sz));
 	if (!plain) {
 		int mode = IWARP_MODE_AUTO;
 
@@ -159,6 +220,14 @@ int main(int argc, char **argv)
 		}
 		if (setsockopt(fd, SOL_IWARP, IWARP_MODE, &mode, sizeof(mode))) {
 			perror("es-peer: IWARP_MODE");
+			return 1;
+		}
+	}
+	if (zc_recv) {
+		struct iwarp_mreg r = { .addr = (uintptr_t)buf, .len = size };
+
+		if (setsockopt(fd, SOL_IWARP, IWARP_MREG, &r, sizeof(r))) {
+			perror("es-peer: IWARP_MREG");
 			return 1;
 		}
 	}
@@ -182,11 +251,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("es-peer: ok: %s, %d x %d x %d bytes each way, %lld bytes "
-	       "verified; iWARP state %u, MPA rev %u, CRC %u, tx %llu rx %llu\n",
+	       "verified; iWARP state %u, MPA rev %u, CRC %u, tx %llu rx %llu"
+	       " (in place %llu)\n",
 	       client ? "client" : "server", iters, count, size,
 	       rx_total, info.state, info.mpa_rev, info.crc,
 	       (unsigned long long)info.tx_bytes,
-	       (unsigned long long)info.rx_bytes);
+	       (unsigned long long)info.rx_bytes,
+	       (unsigned long long)info.zc_rx_bytes);
+	if (zc_recv && !info.zc_rx_bytes) {
+		fprintf(stderr, "es-peer: nothing was received in place\n");
+		return 1;
+	}
 	if (!plain && (info.state != IWARP_STATE_RUN ||
 		       info.rx_bytes != (unsigned long long)rx_total ||
 		       info.tx_bytes != (unsigned long long)rx_total)) {
@@ -195,6 +270,6 @@ int main(int argc, char **argv)
 	}
 	shutdown(fd, SHUT_RDWR);
 	close(fd);
-	free(buf);
+	munmap(buf, size);
 	return 0;
 }

@@ -399,20 +399,23 @@ if group es; then
 	if ! load_siw rev2-crc0-p2p0; then
 		nok "es: siw not loaded"
 	else
-		# SIZE:ITERS:COUNT[:nb] (rstream -S -I -C; nb: its default
-		# non-blocking mode instead of -T b)
+		# SIZE:ITERS:COUNT[:nb|:zc] (rstream -S -I -C; nb: its default
+		# non-blocking mode instead of -T b; zc: es-peer receives into
+		# registered memory with IWARP_RECV_ZC, rstream's Writes landing
+		# there)
 		if [ $QUICK = 1 ]; then
 			cells="16:20:1 65536:2:4"
 		else
 			cells="16:100:1 64:50:1 4095:10:10 65536:4:8 1048576:2:2"
 		fi
 		for role in client server; do
-			for cell in $cells "4096:10:10:nb"; do
+			for cell in $cells "4096:10:10:nb" "1048576:1:2:zc"; do
 				IFS=: read -r size it cnt nb <<<"$cell"
+				zc=; [ "$nb" = zc ] && { zc=--zc-recv; nb=; }
 				mode=-Tb; [ "$nb" = nb ] && mode=
 				port=$((port + 1))
 				log=$RES/es-$role-$size-$port
-				lbl="es/kw-$role/rstream${mode:+ $mode}/-S $size -I $it -C $cnt -T v"
+				lbl="es/kw-$role${zc:+ $zc}/rstream${mode:+ $mode}/-S $size -I $it -C $cnt -T v"
 				if [ $role = client ]; then
 				for try in 1 2; do
 					timeout 90 rstream -b $ADDR -p $port -S $size -I $it -C $cnt \
@@ -420,7 +423,7 @@ if group es; then
 					rpid=$!
 					waitlisten $port
 					timeout 90 "$ESP" --client $ADDR --port $port \
-						--size $size --iters $it --count $cnt > $log.k 2>&1
+						--size $size --iters $it --count $cnt $zc > $log.k 2>&1
 					krc=$?
 					wait $rpid
 					rrc=$?
@@ -434,7 +437,7 @@ if group es; then
 				done
 				else
 					timeout 180 "$ESP" --server $ADDR --port $port \
-						--size $size --iters $it --count $cnt > $log.k 2>&1 &
+						--size $size --iters $it --count $cnt $zc > $log.k 2>&1 &
 					kpid=$!
 					waitlisten $port
 					timeout 180 rstream -s $ADDR -p $port -S $size -I $it -C $cnt \
