@@ -12,16 +12,19 @@
  *            (the iomap entries we offer: ([0] ^ [1]) % 5)
  *   [2..41]  the peer's connection data
  *   [42..73] our target SGL, as the peer left it
- *   then steps: op byte (low 3 bits), arguments:
+ *   then steps: op byte (low 4 bits; 10..15 as their low 3 bits), arguments:
  *     0 msg (le32)   1 DATA (le16 len)   2 SGL (s8 step from the limit)
  *     3 read (le16)  4 credit (bit 0: post it)
  *     5 send (le16; bit 15 set: an iomap entry, index bits 0..7)
  *     6 target SGL entry write (entry byte, 16 bytes)   7 CTRL (byte)
+ *     8 zero-copy target of le16 bytes past kw_rs_zc_pre() (0: none)
+ *     9 end the zero-copy target early
  */
 #include <stdlib.h>
 #include "rsock.h"
 
 #define TSGL_BYTES (KW_RS_SGL_SIZE * KW_RS_SGE_LEN)
+#define ZC_KEY	0x9abc
 
 struct in {
 	const u8 *p;
@@ -58,9 +61,22 @@ static void check(const struct kw_rs *rs)
 	if (rs->remote_sgl_count &&
 	    rs->remote_sge >= rs->remote_sgl_count)
 		abort();
+	/* a zero-copy target: the rbuf bytes before its place are readable
+	 * or still due, and the reader never gets past it */
+	if (rs->zc.len && (!rs->zc_mark || rs->zc_left > rs->zc.len ||
+			   rs->zc.key != ZC_KEY))
+		abort();
+	if (!rs->zc.len && (rs->zc_adv || rs->zc_left))
+		abort();
+	if (rs->zc_mark && rs->zc_pre > (u64)rs->readable + rs->adv_len)
+		abort();
+	if (kw_rs_rx_ready(rs) != (rs->zc_mark ?
+				   min(rs->readable, rs->zc_pre) :
+				   rs->readable))
+		abort();
 	n = kw_rs_rx_peek(rs, &off);
-	if (off != rs->rd_off || n > rs->readable || off + (u64)n > size ||
-	    (rs->readable && !n))
+	if (off != rs->rd_off || n > kw_rs_rx_ready(rs) ||
+	    off + (u64)n > size || (kw_rs_rx_ready(rs) && !n))
 		abort();
 }
 
@@ -85,6 +101,18 @@ static void step_msg(struct kw_rs *rs, u32 msg)
 		    before.wr_off % rs->half + len > rs->half ||
 		    rs->rx_msgs != (u16)(before.rx_msgs + 1) ||
 		    (s16)(u16)(before.granted - before.rx_msgs) <= 0)
+			abort();
+	} else if (r == KW_RS_EV_ZC_DATA || r == KW_RS_EV_ZC_DONE) {
+		u32 len = msg & KW_RS_VAL_MASK;
+
+		/* into the target once it went out and rbuf's bytes came */
+		if (msg >> KW_RS_OP_SHIFT != KW_RS_OP_DATA ||
+		    !before.zc_adv || before.adv_len ||
+		    len > before.zc_left || rs->readable != before.readable ||
+		    rs->rx_msgs != (u16)(before.rx_msgs + 1) ||
+		    (s16)(u16)(before.granted - before.rx_msgs) <= 0 ||
+		    (r == KW_RS_EV_ZC_DONE) != (len == before.zc_left) ||
+		    (r == KW_RS_EV_ZC_DONE && rs->zc.len))
 			abort();
 	} else if (r == KW_RS_EV_CREDIT) {
 		if (msg >> KW_RS_OP_SHIFT != KW_RS_OP_SGL)
@@ -117,10 +145,21 @@ static void step_credit(struct kw_rs *rs, bool post)
 	if ((c.msg & KW_RS_VAL_MASK) > 0xffff ||
 	    limit != (u16)(rs->rx_msgs + rs->cfg.rq_size))
 		abort();
-	if (c.advert) {
+	if (c.advert && c.zc) {
 		kw_rs_sge_decode(c.sge, &s);
-		/* one whole half of our rbuf, to an entry of the peer's SGL */
-		if (s.key != rs->cfg.rbuf_key || s.len != rs->half ||
+		/* the target, once, to an entry of the peer's SGL */
+		if (!rs->zc.len || rs->zc_adv || s.key != ZC_KEY ||
+		    s.len != rs->zc.len || s.addr != rs->zc.addr ||
+		    c.remote_key != rs->remote_sgl_key ||
+		    c.remote_to - rs->remote_sgl_to >=
+		    (u64)rs->remote_sgl_count * KW_RS_SGE_LEN)
+			abort();
+	} else if (c.advert) {
+		kw_rs_sge_decode(c.sge, &s);
+		/* one whole half of our rbuf, to an entry of the peer's SGL,
+		 * never while a target is posted */
+		if (rs->zc.len || s.key != rs->cfg.rbuf_key ||
+		    s.len != rs->half ||
 		    (s.addr - rs->cfg.rbuf_to != 0 &&
 		     s.addr - rs->cfg.rbuf_to != rs->half) ||
 		    c.remote_key != rs->remote_sgl_key ||
@@ -230,7 +269,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		u8 op, b[KW_RS_SGE_LEN + 1];
 
 		take(&in, &op, 1);
-		switch (op & 7) {
+		op &= 15;
+		if (op >= 10)
+			op &= 7;
+		switch (op) {
+		case 8: {
+			struct kw_rs_sge z = { 0x7e0000000000ULL, ZC_KEY, 0 };
+			u32 pre = kw_rs_zc_pre(&rs);
+			bool busy = rs.zc.len || rs.zc_mark;
+
+			if (!take(&in, b, 2))
+				return 0;
+			z.len = b[0] | b[1] << 8;
+			r = kw_rs_zc_post(&rs, &z);
+			if (r != (busy ? -EBUSY : z.len ? 0 : -EINVAL))
+				abort();
+			if (!r && (rs.zc_pre != pre || !rs.zc_mark ||
+				   rs.zc_adv || rs.zc_left != z.len))
+				abort();
+			break;
+		}
+		case 9: {
+			bool out = rs.zc.len && rs.zc_adv;
+
+			if (kw_rs_zc_end(&rs) != out || rs.zc.len ||
+			    (!out && rs.zc_mark))
+				abort();
+			break;
+		}
 		case 0:
 			if (!take(&in, b, 4))
 				return 0;
