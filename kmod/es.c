@@ -177,7 +177,10 @@ struct kw_es {
 	 */
 	struct es_zr {
 		bool posted;	/* until IWARP_RECV_ZC_DONE took the result */
+		bool pinning;	/* its poster registers it, without es->lock */
+		bool mr_valid;	/* mr_handle is its registration's */
 		bool done;	/* ended: bytes and err final, MR gone */
+		u32 gen;	/* which post (es->zr_gen) */
 		u32 mr_handle;
 		u64 id;
 		u32 len;	/* in place: the buffer's length less pre */
@@ -185,6 +188,7 @@ struct kw_es {
 		int err;	/* positive errno, or 0 */
 	} zr;
 	u64 zr_bytes;		/* in all (IWARP_INFO's zc_rx_bytes) */
+	u32 zr_gen;
 
 	u32 sq_prod;		/* send WRs posted (free-running) */
 	u32 rq_prod;		/* receive WRs posted */
@@ -499,9 +503,11 @@ static void es_zr_end(struct kw_es *es, int err)
 	if (!es->zr.posted || es->zr.done)
 		return;
 	kw_rs_zc_end(&es->rs);	/* (already forgotten when it filled) */
-	/* no local WR ever uses it, so nothing can make it -EBUSY */
-	if (es->ctx)
+	/* no local WR ever uses it, so nothing can make it -EBUSY; one
+	 * still being registered is its poster's to drop */
+	if (es->zr.mr_valid && es->ctx)
 		WARN_ON_ONCE(kw_mr_dereg(es->ctx, &h));
+	es->zr.mr_valid = false;
 	es->zr.done = true;
 	es->zr.err = err;
 	es->gen++;
@@ -1343,8 +1349,16 @@ static int es_shutdown(struct socket *sock, int how)
 		ret = -ENOTCONN;
 	} else {
 		es_process(es);
-		if (how & RCV_SHUTDOWN)
+		if (how & RCV_SHUTDOWN) {
 			es->rd_shut = true;
+			/* no reader for it: as a cancel */
+			if (es->zr.posted && !es->zr.done) {
+				if (es->rs.zc_adv)
+					es_fail(es, ECONNRESET);
+				else
+					es_zr_end(es, 0);
+			}
+		}
 		if (how & SEND_SHUTDOWN)
 			es->wr_shut = true;
 		es_send_ctrl(es);
@@ -2018,13 +2032,20 @@ static bool es_mreg_holds(struct kw_es *es, u64 addr, u64 len)
 }
 
 /*
- * IWARP_RECV_ZC: register the part of the buffer the peer will fill (after
- * the pre bytes already due through rbuf) for remote write, and hand it
- * to the protocol as the next target (rsock.c, kw_rs_zc_post()), which
- * advertises it as soon as the peer has a target SGL entry free.
- * Registering pins: under es->lock, as IWARP_IOMAP does.
+ * IWARP_RECV_ZC. Under es->lock: the checks, and the stream bytes from
+ * pre on reserved for the buffer (rsock.c, kw_rs_zc_post(): the reader
+ * stops at their place, and no half of rbuf is advertised any more, so
+ * pre stays what it is). Without it: the registration of the buffer's
+ * share for remote write, which pins and may wait on the memory's owner
+ * (a userfaultfd, FUSE), as IWARP_MREG does; the stream's other calls go
+ * on meanwhile. Under it again: the target armed, if nobody ended it
+ * meanwhile (zr.gen says it is still ours), and advertised at once if
+ * the peer has an entry free. The registration's TOs start at
+ * ES_TO_BASE, not at the buffer's address, which the peer need not know.
+ * Our own calls cannot tear the context down while we pin (only close()
+ * or a failed switch do, and we hold the file). *gen: the post's.
  */
-static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r)
+static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
 {
 	struct kiwarp_reg_mr mr = {
 		.pd = es->pd_handle,
@@ -2032,51 +2053,76 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r)
 			  KIWARP_ACCESS_REMOTE_WRITE,
 	};
 	struct kiwarp_handle h = {};
-	struct kw_rs_sge z;
+	u32 gen0, pre;
 	u64 end;
-	u32 pre;
 	int ret;
 
-	lockdep_assert_held(&es->lock);
 	if (r->flags || r->reserved || !r->len ||
 	    r->len > IWARP_RECV_ZC_MAX ||
 	    check_add_overflow(r->addr, r->len, &end))
 		return -EINVAL;
-	if (es->state != ES_RUN)
-		return es->err ? -es->err : -ENOTCONN;
-	if (es->err)
-		return -es->err;
-	/* one at a time, and the reader past the last one's place */
-	if (es->zr.posted || es->rs.zc_mark)
-		return -EBUSY;
-	if (!es_mreg_holds(es, r->addr, r->len))
-		return -EINVAL;
-	pre = kw_rs_zc_pre(&es->rs);
-	if (es->rd_eof || es->rd_shut || r->len <= pre)
-		return -EAGAIN;		/* nothing would arrive in place */
-	mr.addr = r->addr + pre;
-	mr.length = r->len - pre;
-	ret = kw_mr_reg(es->ctx, &mr);
+	ret = es_lock(es, false);
 	if (ret)
 		return ret;
-	z.addr = mr.addr;	/* the TO base is the address */
-	z.key = mr.stag;
-	z.len = mr.length;
-	ret = kw_rs_zc_post(&es->rs, &z);
-	if (WARN_ON_ONCE(ret)) {
-		h.handle = mr.handle;
-		kw_mr_dereg(es->ctx, &h);
-		return ret;
+	gen0 = es->gen;
+	es_process(es);
+	pre = kw_rs_zc_pre(&es->rs);
+	if (es->state != ES_RUN)
+		ret = es->err ? -es->err : -ENOTCONN;
+	else if (es->err)
+		ret = -es->err;
+	/* one at a time, and the reader past the last one's place */
+	else if (es->zr.posted || es->rs.zc_mark)
+		ret = -EBUSY;
+	else if (!es_mreg_holds(es, r->addr, r->len))
+		ret = -EINVAL;
+	else if (es->rd_eof || es->rd_shut || r->len <= pre)
+		ret = -EAGAIN;		/* nothing would arrive in place */
+	else
+		ret = kw_rs_zc_post(&es->rs, r->len - pre);
+	if (!ret) {
+		memset(&es->zr, 0, sizeof(es->zr));
+		es->zr.posted = true;
+		es->zr.pinning = true;
+		es->zr.gen = ++es->zr_gen;
+		es->zr.id = r->id;
+		es->zr.len = r->len - pre;
+		*gen = es->zr.gen;
 	}
-	memset(&es->zr, 0, sizeof(es->zr));
-	es->zr.posted = true;
-	es->zr.mr_handle = mr.handle;
-	es->zr.id = r->id;
-	es->zr.len = z.len;
-	r->pre = pre;
-	es_credit(es);		/* out now if an entry is free */
+	es_unlock(es, gen0);
+	if (ret)
+		return ret;
+
+	mr.addr = r->addr + pre;
+	mr.length = r->len - pre;
+	ret = kw_mr_reg_at(es->ctx, &mr, ES_TO_BASE);
+
+	mutex_lock(&es->lock);
+	gen0 = es->gen;
+	if (!es->zr.posted || es->zr.gen != *gen || es->zr.done) {
+		/* ended meanwhile: the stream failed, or a cancel */
+		if (!ret) {
+			h.handle = mr.handle;
+			kw_mr_dereg(es->ctx, &h);
+		}
+		if (es->zr.posted && es->zr.gen == *gen)	/* told below */
+			memset(&es->zr, 0, sizeof(es->zr));
+		/* (the end of the stream: recv() what there is) */
+		ret = es->err ? -es->err : es->rd_eof ? -EAGAIN : -ECANCELED;
+	} else if (ret) {
+		kw_rs_zc_end(&es->rs);	/* never went out: quietly */
+		memset(&es->zr, 0, sizeof(es->zr));
+	} else {
+		es->zr.pinning = false;
+		es->zr.mr_valid = true;
+		es->zr.mr_handle = mr.handle;
+		kw_rs_zc_arm(&es->rs, ES_TO_BASE, mr.stag);
+		es_credit(es);	/* out now if an entry is free */
+		r->pre = pre;
+	}
 	es->gen++;
-	return 0;
+	es_unlock(es, gen0);
+	return ret;
 }
 
 /* IWARP_RECV_ZC_DONE: the result once it ended, and it is forgotten. */
@@ -2087,7 +2133,8 @@ static int es_recv_zc_done(struct kw_es *es, struct iwarp_recv_zc_done *d)
 		return -ENOENT;
 	if (!es->zr.done && (es->state != ES_RUN || es->err))
 		es_zr_end(es, es->err ?: ENOTCONN);
-	if (!es->zr.done)
+	/* (while being registered, its poster is still at work) */
+	if (!es->zr.done || es->zr.pinning)
 		return -EAGAIN;
 	memset(d, 0, sizeof(*d));
 	d->id = es->zr.id;
@@ -2097,20 +2144,21 @@ static int es_recv_zc_done(struct kw_es *es, struct iwarp_recv_zc_done *d)
 	return 0;
 }
 
-/* IWARP_RECV_ZC_CANCEL: one the peer may still write into resets. */
-static int es_recv_zc_cancel(struct kw_es *es)
+/*
+ * Forget the zero-copy receive: quietly if the peer was never given it,
+ * else with a reset (it keeps the right to write there until the stream
+ * ends). One being registered is ended here and dropped by its poster.
+ */
+static void es_zr_cancel(struct kw_es *es, int err)
 {
 	lockdep_assert_held(&es->lock);
-	if (!es->zr.posted)
-		return -ENOENT;
 	if (!es->zr.done) {
 		if (es->rs.zc_adv && es->state == ES_RUN)
-			es_fail(es, ECANCELED);	/* ends it too */
+			es_fail(es, err);	/* ends it too */
 		else
-			es_zr_end(es, ECANCELED);
+			es_zr_end(es, err);
 	}
 	memset(&es->zr, 0, sizeof(es->zr));
-	return 0;
 }
 
 /* getsockopt(IWARP_RECV_ZC, IWARP_RECV_ZC_DONE): structs in and out. */
@@ -2123,34 +2171,41 @@ static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
 	} u;
 	int len, size = optname == IWARP_RECV_ZC ? sizeof(u.r) : sizeof(u.d);
 	int ret;
-	u32 gen0;
+	u32 gen0, gen = 0;
 
 	if (get_user(len, optlen))
 		return -EFAULT;
 	if (len < size)
 		return -EINVAL;
-	if (optname == IWARP_RECV_ZC &&
-	    copy_from_user(&u.r, optval, sizeof(u.r)))
-		return -EFAULT;
-	ret = es_lock(es, false);
-	if (ret)
-		return ret;
-	gen0 = es->gen;
-	es_process(es);
-	if (optname == IWARP_RECV_ZC)
-		ret = es_recv_zc(es, &u.r);
-	else
+	if (optname == IWARP_RECV_ZC) {
+		if (copy_from_user(&u.r, optval, sizeof(u.r)))
+			return -EFAULT;
+		ret = es_recv_zc(es, &u.r, &gen);
+	} else {
+		ret = es_lock(es, false);
+		if (ret)
+			return ret;
+		gen0 = es->gen;
+		es_process(es);
 		ret = es_recv_zc_done(es, &u.d);
-	es_unlock(es, gen0);
+		es_unlock(es, gen0);
+	}
+	if (ret || (!copy_to_user(optval, &u, size) &&
+		    !put_user(size, optlen)))
+		return ret;
 	/*
-	 * A result that cannot be copied out is lost (as a recv() whose
-	 * buffer faults loses nothing, but here it was taken): the bytes
-	 * are in the caller's buffer all the same.
+	 * The caller cannot learn the result. A post it does not know of
+	 * would take bytes of the stream: undone (a reset if the peer has it
+	 * already). A result taken is lost; its bytes are in the buffer.
 	 */
-	if (!ret && (copy_to_user(optval, &u, size) ||
-		     put_user(size, optlen)))
-		ret = -EFAULT;
-	return ret;
+	if (optname == IWARP_RECV_ZC) {
+		mutex_lock(&es->lock);
+		gen0 = es->gen;
+		if (es->zr.posted && es->zr.gen == gen)
+			es_zr_cancel(es, ECANCELED);
+		es_unlock(es, gen0);
+	}
+	return -EFAULT;
 }
 
 static int es_setsockopt(struct socket *sock, int level, int optname,
@@ -2178,7 +2233,9 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 			return ret;
 		gen0 = es->gen;
 		es_process(es);
-		ret = es_recv_zc_cancel(es);
+		ret = es->zr.posted ? 0 : -ENOENT;
+		if (es->zr.posted)
+			es_zr_cancel(es, ECANCELED);
 		es_unlock(es, gen0);
 		return ret;
 	}
@@ -2586,9 +2643,9 @@ static int es_release(struct socket *sock)
 		es_process(es);
 		/* unread data, or a zero-copy receive the peer may still
 		 * write into: a reset, as TCP's close with unread data */
-		if (es->rs.readable || !timeo ||
-		    (es->zr.posted && !es->zr.done))
+		if (es->rs.readable || !timeo || es->rs.zc_adv)
 			es_fail(es, ECONNRESET);
+		es_zr_end(es, ECONNRESET);	/* one never given out */
 		es->rd_shut = true;
 		es->wr_shut = true;
 		/* DISCONNECT, waiting for SQ room if need be */

@@ -183,6 +183,7 @@ int kw_pd_alloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 int kw_pd_dealloc(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 struct kw_pd *kw_pd_lookup(struct kw_ctx *ctx, u32 handle); /* ctx->lock held */
 int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg);
+int kw_mr_reg_at(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg, u64 to);
 int kw_mr_dereg(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 /*
  * Register pages [pg, pg + npages) of kernel memory u as an MR of PD

@@ -406,7 +406,28 @@ out_unlock:
 	return ret;
 }
 
+static int mr_reg_user(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg, u64 to);
+
 int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
+{
+	return mr_reg_user(ctx, arg, arg->addr);
+}
+
+/*
+ * For the kernel's own use: the same registration, but addressed by the
+ * peer (and by local SGEs) from TO to rather than from the user address,
+ * so that a peer given its STag does not learn where the memory is.
+ */
+int kw_mr_reg_at(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg, u64 to)
+{
+	u64 end;
+
+	if (check_add_overflow(to, arg->length, &end))
+		return -EINVAL;
+	return mr_reg_user(ctx, arg, to);
+}
+
+static int mr_reg_user(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg, u64 to)
 {
 	struct kw_mr *mr;
 	int ret;
@@ -445,6 +466,7 @@ int kw_mr_reg(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg)
 	ret = mr_pin(mr);
 	if (ret)
 		goto err_free_pages;
+	mr->addr = to;		/* the TO base, from now on */
 
 	ret = mr_publish(ctx, mr, arg);
 	if (ret)

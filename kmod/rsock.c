@@ -261,6 +261,7 @@ static int rx_data_zc(struct kw_rs *rs, u32 len)
 	if (rs->zc_left)
 		return KW_RS_EV_ZC_DATA;
 	memset(&rs->zc, 0, sizeof(rs->zc));
+	rs->zc_armed = false;
 	rs->zc_adv = false;
 	if (!rs->zc_pre)	/* the reader is at its place */
 		rs->zc_mark = false;
@@ -364,7 +365,7 @@ bool kw_rs_credit_due(const struct kw_rs *rs, struct kw_rs_credit *c)
 	memset(c, 0, sizeof(*c));
 	if (!rs->remote_sgl_count)
 		return false;	/* not started */
-	if (rs->zc.len && !rs->zc_adv &&
+	if (rs->zc.len && rs->zc_armed && !rs->zc_adv &&
 	    rx_adv_entries(rs) < rs->remote_sgl_count) {
 		c->advert = true;
 		c->zc = true;
@@ -419,27 +420,41 @@ u32 kw_rs_zc_pre(const struct kw_rs *rs)
 	return rs->readable + rs->adv_len;
 }
 
-int kw_rs_zc_post(struct kw_rs *rs, const struct kw_rs_sge *z)
+int kw_rs_zc_post(struct kw_rs *rs, u32 len)
 {
 	/* one at a time, and the reader past the last one's place */
 	if (rs->zc.len || rs->zc_mark)
 		return -EBUSY;
-	if (!z->len)
+	if (!len)
 		return -EINVAL;
-	rs->zc = *z;
-	rs->zc_left = z->len;
+	memset(&rs->zc, 0, sizeof(rs->zc));
+	rs->zc.len = len;
+	rs->zc_left = len;
+	rs->zc_armed = false;
 	rs->zc_adv = false;
 	rs->zc_mark = true;
 	rs->zc_pre = kw_rs_zc_pre(rs);
 	return 0;
 }
 
+void kw_rs_zc_arm(struct kw_rs *rs, u64 addr, u32 key)
+{
+	if (!rs->zc.len || rs->zc_armed)
+		return;
+	rs->zc.addr = addr;
+	rs->zc.key = key;
+	rs->zc_armed = true;
+}
+
 bool kw_rs_zc_end(struct kw_rs *rs)
 {
-	bool out = rs->zc.len && rs->zc_adv;
+	bool out = rs->zc_adv;
 
+	if (!rs->zc.len)	/* filled (or none): its place stays */
+		return false;
 	memset(&rs->zc, 0, sizeof(rs->zc));
 	rs->zc_left = 0;
+	rs->zc_armed = false;
 	rs->zc_adv = false;
 	/* nothing went there: the stream runs on through rbuf */
 	if (!out)

@@ -158,6 +158,7 @@ struct kw_rs {
 	/* receiver: a zero-copy target (kw_rs_zc_post), zc.len 0: none */
 	struct kw_rs_sge zc;
 	u32 zc_left;		/* of zc.len, not yet announced by DATA */
+	bool zc_armed;		/* zc.addr and zc.key are set */
 	bool zc_adv;		/* advertised to the peer */
 	bool zc_mark;		/* its place in the stream is still ahead of
 				 * the reader (maybe after it was filled) */
@@ -256,10 +257,12 @@ void kw_rs_credit_sent(struct kw_rs *rs, const struct kw_rs_credit *c);
  * target, so that its Writes land there instead of in rbuf. The stream
  * bytes that come before it are those readable now and those the peer
  * may still write into halves of rbuf it was given: kw_rs_zc_pre() says
- * how many. kw_rs_zc_post() takes the buffer for the stream bytes that
- * follow them (z: where and how many, len > 0; -EBUSY while one is
- * posted). From then on no half of rbuf is advertised: the buffer goes
- * out, by kw_rs_credit_due(), as soon as one of the peer's target SGL
+ * how many. kw_rs_zc_post() reserves the len > 0 stream bytes that
+ * follow them for a buffer (-EBUSY while one is posted, or the reader has
+ * not reached the last one's place), and kw_rs_zc_arm() says where it
+ * is (addr, key: it may take a while to register). From then on no half
+ * of rbuf is advertised: the buffer goes out, once armed, by
+ * kw_rs_credit_due(), as soon as one of the peer's target SGL
  * entries is free (the peer fills its buffers in order and alternates
  * between the entries, so an entry is free once the buffer it held is
  * full); DATA messages beyond rbuf's advertised bytes fill it
@@ -269,10 +272,12 @@ void kw_rs_credit_sent(struct kw_rs *rs, const struct kw_rs_credit *c);
  * it is filled. kw_rs_zc_end() ends it early (the end of the stream, an
  * error, a cancel) and is true if it had gone out unfilled: the peer may
  * still write into it, and only an end of the stream keeps it from doing
- * so (the reader still stops at its place).
+ * so (the reader still stops at its place). Once it filled there is
+ * nothing to end: false, and its place stays until the reader gets there.
  */
 u32 kw_rs_zc_pre(const struct kw_rs *rs);
-int kw_rs_zc_post(struct kw_rs *rs, const struct kw_rs_sge *z);
+int kw_rs_zc_post(struct kw_rs *rs, u32 len);
+void kw_rs_zc_arm(struct kw_rs *rs, u64 addr, u32 key);
 bool kw_rs_zc_end(struct kw_rs *rs);
 
 #endif /* KW_RSOCK_H */

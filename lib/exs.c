@@ -97,6 +97,7 @@ struct exs_op {
 	bool zc;		/* sent with MSG_ZEROCOPY */
 	bool rzc_tried;		/* a receive: zero-copy was considered */
 	bool rzc;		/* ... posted in the kernel (IWARP_RECV_ZC) */
+	bool rzc_stuck;		/* ... and maybe still: mh stays busy */
 	size_t rzc_pre;		/* done reaches this by recv(), then the
 				 * rest arrives in place */
 	uint32_t id_first;	/* its calls' ids: id_first .. + ids - 1 */
@@ -273,6 +274,9 @@ static void fd_gone(int fd, struct exs_fd *st)
 		else
 			st->rq = op->next;
 		op->err = op->err ?: EBADF;
+		/* a zero-copy receive posted in a socket that may live on
+		 * elsewhere (a dup, a child): its memory stays busy */
+		op->rzc_stuck = op->rzc;
 		op_complete(fd, st, op);
 	}
 	st->in_epoll = false;	/* (closing it took it out of epoll) */
@@ -414,7 +418,7 @@ static void op_complete(int fd, struct exs_fd *st, struct exs_op *op)
 	e->exs_evt_fd = op->type == EXS_EVT_ACCEPT ? op->nfd : fd;
 	e->exs_evt_buf = op->buf;
 	e->exs_evt_nbytes = op->done;
-	if (op->mh != EXS_MHANDLE_INVALID)
+	if (op->mh != EXS_MHANDLE_INVALID && !op->rzc_stuck)
 		mreg_of(op->mh)->busy--;
 	free(op);
 	queue_signal(qu);
@@ -606,16 +610,44 @@ static void fd_recv_zc_post(int fd, struct exs_fd *st, struct exs_op *op)
 	op->rzc_pre = op->done + r.pre;
 }
 
+/*
+ * The kernel forgets the posted receive (a reset if the peer may still
+ * write into it); true once it no longer lets the peer write there: it
+ * did, or nothing was posted any more (another holder of the socket took
+ * the result, which ended it).
+ */
+static bool fd_recv_zc_cancel(int fd)
+{
+	int r;
+
+	do {
+		r = setsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_CANCEL, NULL, 0);
+	} while (r && errno == EINTR);
+	return !r || errno == ENOENT;
+}
+
 /* Its result, once the bytes before it were read; false: not yet. */
 static bool fd_recv_zc_done(int fd, struct exs_fd *st, struct exs_op *op)
 {
 	struct iwarp_recv_zc_done d = { 0 };
 	socklen_t len = sizeof(d);
+	int r;
 
-	if (getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &len)) {
-		if (errno == EAGAIN)
-			return false;
-		d.error = errno;	/* the socket went (ENOENT cannot be) */
+	do {
+		r = getsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &len);
+	} while (r && errno == EINTR);
+	if (r && errno == EAGAIN)
+		return false;
+	if (r) {
+		/*
+		 * No result: the buffer goes back to the application only
+		 * once the kernel is sure to have let it go; if that cannot
+		 * be made sure, its registration stays busy for good
+		 * (exs_mderegister() says EBUSY) rather than be reused under
+		 * the peer's writes.
+		 */
+		d.error = errno;
+		op->rzc_stuck = !fd_recv_zc_cancel(fd);
 	}
 	op->rzc = false;
 	op->done += d.bytes;
@@ -1127,11 +1159,12 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 			else
 				st->rq = op->next;
 			/* the kernel forgets it (one the peer may still
-			 * write into resets the connection) */
-			if (op->rzc && fd_same(fd, st))
-				setsockopt(fd, SOL_IWARP, IWARP_RECV_ZC_CANCEL,
-					   NULL, 0);
-			if (op->mh != EXS_MHANDLE_INVALID)
+			 * write into resets the connection); if it may not
+			 * have, the memory stays busy (fd_recv_zc_done()) */
+			if (op->rzc && (!fd_same(fd, st) ||
+					!fd_recv_zc_cancel(fd)))
+				op->rzc_stuck = true;
+			if (op->mh != EXS_MHANDLE_INVALID && !op->rzc_stuck)
 				mreg_of(op->mh)->busy--;
 			free(op);
 		}

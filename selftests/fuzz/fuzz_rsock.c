@@ -64,7 +64,8 @@ static void check(const struct kw_rs *rs)
 	/* a zero-copy target: the rbuf bytes before its place are readable
 	 * or still due, and the reader never gets past it */
 	if (rs->zc.len && (!rs->zc_mark || rs->zc_left > rs->zc.len ||
-			   rs->zc.key != ZC_KEY))
+			   rs->zc_armed != (rs->zc.key == ZC_KEY) ||
+			   (rs->zc_adv && !rs->zc_armed)))
 		abort();
 	if (!rs->zc.len && (rs->zc_adv || rs->zc_left))
 		abort();
@@ -148,7 +149,8 @@ static void step_credit(struct kw_rs *rs, bool post)
 	if (c.advert && c.zc) {
 		kw_rs_sge_decode(c.sge, &s);
 		/* the target, once, to an entry of the peer's SGL */
-		if (!rs->zc.len || rs->zc_adv || s.key != ZC_KEY ||
+		if (!rs->zc.len || !rs->zc_armed || rs->zc_adv ||
+		    s.key != ZC_KEY ||
 		    s.len != rs->zc.len || s.addr != rs->zc.addr ||
 		    c.remote_key != rs->remote_sgl_key ||
 		    c.remote_to - rs->remote_sgl_to >=
@@ -281,19 +283,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!take(&in, b, 2))
 				return 0;
 			z.len = b[0] | b[1] << 8;
-			r = kw_rs_zc_post(&rs, &z);
+			if (rs.zc.len && !rs.zc_armed) {	/* arm it */
+				kw_rs_zc_arm(&rs, z.addr, z.key);
+				if (!rs.zc_armed)
+					abort();
+				break;
+			}
+			r = kw_rs_zc_post(&rs, z.len);
 			if (r != (busy ? -EBUSY : z.len ? 0 : -EINVAL))
 				abort();
 			if (!r && (rs.zc_pre != pre || !rs.zc_mark ||
 				   rs.zc_adv || rs.zc_left != z.len))
 				abort();
+			if (!r && (b[0] & 1))	/* armed at once */
+				kw_rs_zc_arm(&rs, z.addr, z.key);
 			break;
 		}
 		case 9: {
-			bool out = rs.zc.len && rs.zc_adv;
+			bool had = rs.zc.len, out = had && rs.zc_adv;
+			bool mark = rs.zc_mark;
 
+			/* a filled one (or none) keeps its place */
 			if (kw_rs_zc_end(&rs) != out || rs.zc.len ||
-			    (!out && rs.zc_mark))
+			    (had && !out && rs.zc_mark) ||
+			    (!had && rs.zc_mark != mark))
 				abort();
 			break;
 		}

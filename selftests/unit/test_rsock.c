@@ -983,6 +983,16 @@ struct ep {
 #define ZC_TO	0x7700000000ULL	/* the target's TO base and key */
 #define ZC_KEY	0x5a5a5a01
 
+/* Reserve and arm a target at once. */
+static int zpost(struct kw_rs *rs, const struct kw_rs_sge *z)
+{
+	int r = kw_rs_zc_post(rs, z->len);
+
+	if (!r)
+		kw_rs_zc_arm(rs, z->addr, z->key);
+	return r;
+}
+
 static void wire_push(struct wire *w, struct wop o)
 {
 	if (w->tail == w->cap) {
@@ -1299,8 +1309,11 @@ static void ep_zc_post(int *kwt_fail, struct ep *e, const struct ep *peer)
 	e->zbuf = malloc(z.len);
 	ASSERT_TRUE(e->zbuf != NULL);
 	memset(e->zbuf, 0xdd, z.len);
-	ASSERT_EQ(kw_rs_zc_post(&e->rs, &z), 0);
-	ASSERT_EQ(kw_rs_zc_post(&e->rs, &z), -EBUSY);
+	/* armed now, or later (registering takes a while) */
+	ASSERT_EQ(kw_rs_zc_post(&e->rs, z.len), 0);
+	ASSERT_EQ(kw_rs_zc_post(&e->rs, z.len), -EBUSY);
+	if (rnd() & 1)
+		kw_rs_zc_arm(&e->rs, z.addr, z.key);
 	e->zc_on = true;
 	e->zc_full = false;
 	e->z_start = e->rx_done + pre;
@@ -1349,10 +1362,14 @@ static void duplex_zc(int *kwt_fail, const struct kw_rs_cfg *ca,
 		case 8:
 			if (!(rnd() & 15))
 				ep_zc_post(kwt_fail, a, b);
+			else	/* (nothing if armed or gone) */
+				kw_rs_zc_arm(&a->rs, ZC_TO, ZC_KEY);
 			break;
 		case 9:
 			if (!(rnd() & 15))
 				ep_zc_post(kwt_fail, b, a);
+			else
+				kw_rs_zc_arm(&b->rs, ZC_TO, ZC_KEY);
 			break;
 		case 0:
 			ep_send(kwt_fail, a, b, true);
@@ -1499,8 +1516,8 @@ TEST(zc_target_waits_for_a_free_entry)
 	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 100)),
 		  KW_RS_EV_DATA);
 	EXPECT_EQ(kw_rs_zc_pre(&rs), cfg_a.rbuf_size);
-	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
-	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EBUSY);
+	ASSERT_EQ(kw_rs_zc_post(&rs, z.len), 0);
+	EXPECT_EQ(zpost(&rs, &z), -EBUSY);
 	EXPECT_FALSE(kw_rs_credit_due(&rs, &c));	/* no entry free */
 	/* half 0 fills: its entry is free; reading it frees rbuf space,
 	 * which is not advertised */
@@ -1508,6 +1525,9 @@ TEST(zc_target_waits_for_a_free_entry)
 		  KW_RS_EV_DATA);
 	ASSERT_EQ(kw_rs_rx_peek(&rs, &off), half);
 	kw_rs_rx_consume(&rs, half);
+	/* not armed yet: nothing goes out */
+	EXPECT_FALSE(kw_rs_credit_due(&rs, &c));
+	kw_rs_zc_arm(&rs, z.addr, z.key);
 	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
 	ASSERT_TRUE(c.advert);
 	ASSERT_TRUE(c.zc);
@@ -1551,7 +1571,7 @@ TEST(hostile_zc_data)
 	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
 	/* posted first thing: half 1 is not advertised, half 0 is */
 	EXPECT_EQ(kw_rs_zc_pre(&rs), half);
-	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_EQ(zpost(&rs, &z), 0);
 	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
 	ASSERT_TRUE(c.zc);
 	EXPECT_EQ(c.remote_to, cfg_b.tsgl_to + KW_RS_SGE_LEN);
@@ -1569,20 +1589,19 @@ TEST(hostile_zc_data)
 	EXPECT_TRUE(kw_rs_zc_end(&rs));
 	EXPECT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 1)), -EPROTO);
 	EXPECT_EQ(kw_rs_rx_ready(&rs), half);
-	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EBUSY);
+	EXPECT_EQ(zpost(&rs, &z), -EBUSY);
 	/* one not yet gone out ends quietly: the stream runs on in rbuf */
 	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
-	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_EQ(zpost(&rs, &z), 0);
 	EXPECT_FALSE(kw_rs_zc_end(&rs));
 	EXPECT_FALSE(rs.zc_mark);
 	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
 		  KW_RS_EV_DATA);
 	EXPECT_EQ(kw_rs_rx_ready(&rs), half);
-	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_EQ(zpost(&rs, &z), 0);
 	EXPECT_EQ(kw_rs_zc_pre(&rs), half);
 	EXPECT_FALSE(kw_rs_zc_end(&rs));
-	z.len = 0;
-	EXPECT_EQ(kw_rs_zc_post(&rs, &z), -EINVAL);
+	EXPECT_EQ(kw_rs_zc_post(&rs, 0), -EINVAL);
 }
 
 /* Filled before the reader got to it: the bytes after it wait until the
@@ -1597,12 +1616,15 @@ TEST(zc_reader_stops_at_the_target)
 	ASSERT_EQ(start_with(&rs, &cfg_a, &cfg_b), 0);
 	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, half)),
 		  KW_RS_EV_DATA);
-	ASSERT_EQ(kw_rs_zc_post(&rs, &z), 0);
+	ASSERT_EQ(zpost(&rs, &z), 0);
 	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));
 	ASSERT_TRUE(c.zc);
 	kw_rs_credit_sent(&rs, &c);
 	ASSERT_EQ(kw_rs_rx_msg(&rs, KW_RS_MSG(KW_RS_OP_DATA, 10)),
 		  KW_RS_EV_ZC_DONE);
+	EXPECT_TRUE(rs.zc_mark);
+	/* filled: nothing to end, and its place stays */
+	EXPECT_FALSE(kw_rs_zc_end(&rs));
 	EXPECT_TRUE(rs.zc_mark);
 	/* half 1 goes out again, and fills, while half 0 is unread */
 	ASSERT_TRUE(kw_rs_credit_due(&rs, &c));

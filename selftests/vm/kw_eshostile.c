@@ -1035,7 +1035,9 @@ TEST(zero_copy_receive_on_the_wire)
 	ASSERT_TRUE(zc_advertised(&sink));
 	note("target %#llx key %#x len %u", (unsigned long long)zc_sge.addr,
 	     zc_sge.key, zc_sge.len);
-	EXPECT_EQ(zc_sge.addr, (uintptr_t)m + ZC_RBUF);
+	/* its own STag and length; an address that is not the buffer's */
+	EXPECT_NE(zc_sge.addr, (uintptr_t)m + ZC_RBUF);
+	EXPECT_NE(zc_sge.key, rbuf_key);
 	EXPECT_EQ(zc_sge.len, ZC_BUF - ZC_RBUF);
 	/* half 1, then the target, as rsockets' sender goes */
 	ASSERT_EQ(hp_data(&h, ZC_HALF, ZC_HALF, 'B'), 0);
@@ -1048,10 +1050,19 @@ TEST(zero_copy_receive_on_the_wire)
 				      q + off, n), 0);
 		ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, n)), 0);
 	}
-	/* the reader gets the halves, and stops at the target's place */
+	/*
+	 * The target is full; the reader reads half 0 of what came before
+	 * it, which goes out again, and the peer writes behind the target
+	 * there. The reader still gets half 1 and not a byte more until it
+	 * took the target's result.
+	 */
 	ASSERT_EQ(es_wait_readable(&h, ZC_RBUF), 0);
-	ASSERT_EQ(recv(h.es, m, ZC_BUF, MSG_DONTWAIT), ZC_RBUF);
+	ASSERT_EQ(recv(h.es, m, ZC_HALF, MSG_DONTWAIT), ZC_HALF);
 	EXPECT_EQ(m[0], 'A');
+	ASSERT_EQ(hp_data(&h, 0, 100, 'D'), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	ASSERT_EQ(recv(h.es, m + ZC_HALF, ZC_BUF - ZC_HALF, MSG_DONTWAIT),
+		  ZC_HALF);
 	EXPECT_EQ(m[ZC_RBUF - 1], 'B');
 	ASSERT_EQ(rzc_done(h.es, &d, 5000), 0);
 	EXPECT_EQ(d.bytes, ZC_BUF - ZC_RBUF);
@@ -1061,11 +1072,10 @@ TEST(zero_copy_receive_on_the_wire)
 	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &info, &il), 0);
 	EXPECT_EQ(info.zc_rx_bytes, ZC_BUF - ZC_RBUF);
 
-	/* the stream goes on through rbuf */
-	ASSERT_EQ(hp_data(&h, 0, 100, 'D'), 0);
-	ASSERT_EQ(es_wait_readable(&h, 100), 0);
+	/* the stream goes on through rbuf, behind the target */
 	ASSERT_EQ(recv(h.es, q, sizeof(q), MSG_DONTWAIT), 100);
 	EXPECT_EQ(q[0], 'D');
+	EXPECT_EQ(q[99], 'D');
 
 	/* the target's STag is gone */
 	memset(q, 'X', 1000);
@@ -1192,6 +1202,36 @@ TEST(zero_copy_receive_arguments_and_cancel)
 	es_drain(&h, 'A', &err, &bad);
 	note("after the cancel: errno %d", err);
 	EXPECT_EQ(err, ECANCELED);
+	hp_close(&h);
+
+	/* a post whose result cannot be written back is undone */
+	ASSERT_EQ(zc_setup(&h, &rx, m, &pre), 0);
+	ASSERT_EQ(setsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC_CANCEL, NULL, 0),
+		  0);
+	{
+		struct iwarp_recv_zc *ro = mmap(NULL, 4096,
+						PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS,
+						-1, 0);
+
+		ASSERT_TRUE(ro != MAP_FAILED);
+		ro->addr = (uintptr_t)m;
+		ro->len = ZC_BUF;
+		ASSERT_EQ(mprotect(ro, 4096, PROT_READ), 0);
+		l = sizeof(*ro);
+		EXPECT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_RECV_ZC, ro, &l),
+			  -1);
+		EXPECT_EQ(errno, EFAULT);
+		munmap(ro, 4096);
+	}
+	EXPECT_EQ(rzc_done(h.es, &d, 0), -ENOENT);
+	/* shutdown(SHUT_RD) ends one not given out: nothing landed */
+	ASSERT_EQ(rzc_post(h.es, m, ZC_BUF, &pre), 0);
+	ASSERT_EQ(shutdown(h.es, SHUT_RD), 0);
+	ASSERT_EQ(rzc_done(h.es, &d, 0), 0);
+	EXPECT_EQ(d.bytes, 0);
+	EXPECT_EQ(d.error, 0);
+	EXPECT_EQ(recv(h.es, b, sizeof(b), MSG_DONTWAIT), 0);
 	hp_close(&h);
 	munmap(m, ZC_BUF);
 }

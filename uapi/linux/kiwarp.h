@@ -692,7 +692,9 @@ struct kiwarp_cqe {
  *                     was posted.
  * IWARP_RECV_ZC_CANCEL set, no argument: forget the posted one. If it had
  *                     been advertised and was not full, the peer may still
- *                     write into it: the connection is reset (ECANCELED).
+ *                     write into it: the connection is reset (ECANCELED),
+ *                     as close() and shutdown(SHUT_RD) reset it then.
+ * The peer is given a TO of the buffer's own registration, not its address.
  */
 #define IWARP_RECV_ZC		11
 #define IWARP_RECV_ZC_DONE	12
