@@ -2043,9 +2043,11 @@ static bool es_mreg_holds(struct kw_es *es, u64 addr, u64 len)
  * the peer has an entry free. The registration's TOs start at
  * ES_TO_BASE, not at the buffer's address, which the peer need not know.
  * Our own calls cannot tear the context down while we pin (only close()
- * or a failed switch do, and we hold the file). *gen: the post's.
+ * or a failed switch do, and we hold the file). The result goes to the
+ * caller (optval, optlen) before the target is armed.
  */
-static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
+static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r,
+		      char __user *optval, int __user *optlen)
 {
 	struct kiwarp_reg_mr mr = {
 		.pd = es->pd_handle,
@@ -2053,7 +2055,7 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
 			  KIWARP_ACCESS_REMOTE_WRITE,
 	};
 	struct kiwarp_handle h = {};
-	u32 gen0, pre;
+	u32 gen0, gen, pre;
 	u64 end;
 	int ret;
 
@@ -2087,7 +2089,7 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
 		es->zr.gen = ++es->zr_gen;
 		es->zr.id = r->id;
 		es->zr.len = r->len - pre;
-		*gen = es->zr.gen;
+		gen = es->zr.gen;
 	}
 	es_unlock(es, gen0);
 	if (ret)
@@ -2096,16 +2098,27 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
 	mr.addr = r->addr + pre;
 	mr.length = r->len - pre;
 	ret = kw_mr_reg_at(es->ctx, &mr, ES_TO_BASE);
+	/*
+	 * The caller learns pre before the target can go out: a result it
+	 * cannot get undoes a post nobody has seen yet.
+	 */
+	r->pre = pre;
+	if (!ret && (copy_to_user(optval, r, sizeof(*r)) ||
+		     put_user((int)sizeof(*r), optlen))) {
+		h.handle = mr.handle;
+		kw_mr_dereg(es->ctx, &h);
+		ret = -EFAULT;
+	}
 
 	mutex_lock(&es->lock);
 	gen0 = es->gen;
-	if (!es->zr.posted || es->zr.gen != *gen || es->zr.done) {
+	if (!es->zr.posted || es->zr.gen != gen || es->zr.done) {
 		/* ended meanwhile: the stream failed, or a cancel */
 		if (!ret) {
 			h.handle = mr.handle;
 			kw_mr_dereg(es->ctx, &h);
 		}
-		if (es->zr.posted && es->zr.gen == *gen)	/* told below */
+		if (es->zr.posted && es->zr.gen == gen)	/* told below */
 			memset(&es->zr, 0, sizeof(es->zr));
 		/* (the end of the stream: recv() what there is) */
 		ret = es->err ? -es->err : es->rd_eof ? -EAGAIN : -ECANCELED;
@@ -2118,7 +2131,6 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r, u32 *gen)
 		es->zr.mr_handle = mr.handle;
 		kw_rs_zc_arm(&es->rs, ES_TO_BASE, mr.stag);
 		es_credit(es);	/* out now if an entry is free */
-		r->pre = pre;
 	}
 	es->gen++;
 	es_unlock(es, gen0);
@@ -2171,7 +2183,7 @@ static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
 	} u;
 	int len, size = optname == IWARP_RECV_ZC ? sizeof(u.r) : sizeof(u.d);
 	int ret;
-	u32 gen0, gen = 0;
+	u32 gen0;
 
 	if (get_user(len, optlen))
 		return -EFAULT;
@@ -2180,32 +2192,22 @@ static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
 	if (optname == IWARP_RECV_ZC) {
 		if (copy_from_user(&u.r, optval, sizeof(u.r)))
 			return -EFAULT;
-		ret = es_recv_zc(es, &u.r, &gen);
-	} else {
-		ret = es_lock(es, false);
-		if (ret)
-			return ret;
-		gen0 = es->gen;
-		es_process(es);
-		ret = es_recv_zc_done(es, &u.d);
-		es_unlock(es, gen0);
+		/* (copies its result out itself: see there) */
+		return es_recv_zc(es, &u.r, optval, optlen);
 	}
-	if (ret || (!copy_to_user(optval, &u, size) &&
-		    !put_user(size, optlen)))
+	ret = es_lock(es, false);
+	if (ret)
 		return ret;
-	/*
-	 * The caller cannot learn the result. A post it does not know of
-	 * would take bytes of the stream: undone (a reset if the peer has it
-	 * already). A result taken is lost; its bytes are in the buffer.
-	 */
-	if (optname == IWARP_RECV_ZC) {
-		mutex_lock(&es->lock);
-		gen0 = es->gen;
-		if (es->zr.posted && es->zr.gen == gen)
-			es_zr_cancel(es, ECANCELED);
-		es_unlock(es, gen0);
-	}
-	return -EFAULT;
+	gen0 = es->gen;
+	es_process(es);
+	ret = es_recv_zc_done(es, &u.d);
+	es_unlock(es, gen0);
+	/* a result that cannot be copied out is lost; its bytes are in the
+	 * buffer, and the peer can no longer write there */
+	if (!ret && (copy_to_user(optval, &u.d, size) ||
+		     put_user(size, optlen)))
+		ret = -EFAULT;
+	return ret;
 }
 
 static int es_setsockopt(struct socket *sock, int level, int optname,

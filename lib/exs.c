@@ -709,6 +709,15 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 			if (!(op->flags & MSG_WAITALL))
 				break;
 		}
+		/*
+		 * A recv() that failed before the bytes before it were all in
+		 * (EFAULT: the buffer is gone): the stream itself may be fine
+		 * and would fill it after a gap; it is taken back instead.
+		 */
+		if (op->rzc && st->rcv_err && op->done < op->rzc_pre) {
+			op->rzc_stuck = !fd_recv_zc_cancel(fd);
+			op->rzc = false;
+		}
 		/* the bytes before it are in (or the stream ended): its turn */
 		if (op->rzc && !fd_recv_zc_done(fd, st, op)) {
 			*wait |= EPOLLIN;
@@ -816,6 +825,8 @@ static void fd_progress(int fd, struct exs_fd *st)
 			else
 				st->rq = op->next;
 			op->err = op->err ?: err;
+			if (op->rzc && !fd_recv_zc_cancel(fd))
+				op->rzc_stuck = true;
 			op_complete(fd, st, op);
 		}
 		st->q = EXS_QHANDLE_INVALID;
