@@ -474,9 +474,9 @@ static void es_post_recv(struct kw_es *es)
 
 /* ------------------------------------------------------------ progress */
 
-/* Stop the stream: the peer gets a reset. es->lock held. */
 static void es_zr_end(struct kw_es *es, int err);
 
+/* Stop the stream: the peer gets a reset. es->lock held. */
 static void es_fail(struct kw_es *es, int err)
 {
 	struct kiwarp_modify_qp m = {

@@ -33,6 +33,14 @@
  * one on the socket that sends with MSG_ZEROCOPY). The operation ends when
  * all its bytes went and all its calls are notified.
  *
+ * Zero-copy receives. A receive with MSG_WAITALL of at least EXS_RZC_MIN
+ * bytes of registered memory, on such a socket, is posted in the kernel
+ * (IWARP_RECV_ZC) when it becomes the socket's first: the peer's Writes
+ * land in the buffer past the rzc_pre bytes that come through recv() as
+ * usual; the operation ends with IWARP_RECV_ZC_DONE's result. One that
+ * ends otherwise (queue deleted, socket gone, no epoll) is cancelled in
+ * the kernel; if that cannot be confirmed, its registration stays busy.
+ *
  * Locking: one mutex (exs_lock) over all of it; exs_qdequeue() sleeps in
  * epoll_wait() without it, counted in its queue's waiters: exs_qdelete()
  * marks the queue dying and wakes them, and the last one out frees it.
