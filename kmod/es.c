@@ -22,7 +22,9 @@
  * Data path: write() copies into the send buffer and posts an RDMA Write
  * into the buffer the peer advertised, followed by a 4-byte Send with the
  * DATA message; read() copies out of the receive buffer, into which the
- * peer's Writes were placed by the receive softirq. Completions are taken
+ * peer's Writes were placed by the receive softirq. A zero-copy receive
+ * (IWARP_RECV_ZC, struct es_zr) advertises an application's buffer
+ * instead, for the stream bytes past those already due through rbuf. Completions are taken
  * from the CQ by whichever call holds es->lock (there is no thread of our
  * own); the CQ's notify callback only wakes the socket's waiters.
  *
