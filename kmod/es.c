@@ -833,6 +833,14 @@ static long es_wait(struct kw_es *es, u32 gen, long timeo)
 	return es_wait_state(es, gen, timeo, TASK_INTERRUPTIBLE);
 }
 
+/* 0 if the stream runs and has not failed, else the errno a call gets. */
+static int es_running(const struct kw_es *es)
+{
+	if (es->state != ES_RUN)
+		return es->err ? -es->err : -ENOTCONN;
+	return es->err ? -es->err : 0;
+}
+
 /*
  * Lock for an operation on the stream. es->lock is held long only by the
  * switch (the MPA exchange): a non-blocking caller gets -EAGAIN then, and
@@ -1909,11 +1917,8 @@ static int es_mreg(struct kw_es *es, const struct iwarp_mreg *r)
 		return ret;
 	gen0 = es->gen;
 	es_process(es);
-	if (es->state != ES_RUN)
-		ret = es->err ? -es->err : -ENOTCONN;
-	else if (es->err)
-		ret = -es->err;
-	else if (es->mreg_count == IWARP_MREG_MAX)
+	ret = es_running(es);
+	if (!ret && es->mreg_count == IWARP_MREG_MAX)
 		ret = -ENOSPC;
 	mr.pd = es->pd_handle;
 	es_unlock(es, gen0);
@@ -2033,6 +2038,24 @@ static bool es_mreg_holds(struct kw_es *es, u64 addr, u64 len)
 	return false;
 }
 
+/* IWARP_RECV_ZC's checks; es->lock held. */
+static int es_zr_may_post(struct kw_es *es, const struct iwarp_recv_zc *r,
+			  u32 pre)
+{
+	int ret = es_running(es);
+
+	if (ret)
+		return ret;
+	/* one at a time, and the reader past the last one's place */
+	if (es->zr.posted || es->rs.zc_mark)
+		return -EBUSY;
+	if (!es_mreg_holds(es, r->addr, r->len))
+		return -EINVAL;
+	if (es->rd_eof || es->rd_shut || r->len <= pre)
+		return -EAGAIN;		/* nothing would arrive in place */
+	return 0;
+}
+
 /*
  * IWARP_RECV_ZC. Under es->lock: the checks, and the stream bytes from
  * pre on reserved for the buffer (rsock.c, kw_rs_zc_post(): the reader
@@ -2071,18 +2094,8 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r,
 	gen0 = es->gen;
 	es_process(es);
 	pre = kw_rs_zc_pre(&es->rs);
-	if (es->state != ES_RUN)
-		ret = es->err ? -es->err : -ENOTCONN;
-	else if (es->err)
-		ret = -es->err;
-	/* one at a time, and the reader past the last one's place */
-	else if (es->zr.posted || es->rs.zc_mark)
-		ret = -EBUSY;
-	else if (!es_mreg_holds(es, r->addr, r->len))
-		ret = -EINVAL;
-	else if (es->rd_eof || es->rd_shut || r->len <= pre)
-		ret = -EAGAIN;		/* nothing would arrive in place */
-	else
+	ret = es_zr_may_post(es, r, pre);
+	if (!ret)
 		ret = kw_rs_zc_post(&es->rs, r->len - pre);
 	if (!ret) {
 		memset(&es->zr, 0, sizeof(es->zr));
@@ -2327,10 +2340,9 @@ static int es_ioread(struct kw_es *es, struct iwarp_ioread *r)
 		return -EINVAL;
 	/* the stream's own checks, as for a write */
 	for (;;) {
-		if (es->state != ES_RUN)
-			return es->err ? -es->err : -ENOTCONN;
-		if (es->err)
-			return -es->err;
+		ret = es_running(es);
+		if (ret)
+			return ret;
 		/* closing, either side: the Read could only be flushed */
 		if (es->peer_gone || es->wr_shut || es->rd_shut ||
 		    es->disc_sent)
