@@ -515,6 +515,23 @@ static void es_zr_end(struct kw_es *es, int err)
 	es->gen++;
 }
 
+/*
+ * End the zero-copy receive before it filled: with err if the peer was
+ * never given it, else by a reset of the stream with reset (the peer
+ * keeps the right to write there until the stream ends). One being
+ * registered is ended here and dropped by its poster. es->lock held.
+ */
+static void es_zr_stop(struct kw_es *es, int reset, int err)
+{
+	lockdep_assert_held(&es->lock);
+	if (!es->zr.posted || es->zr.done)
+		return;
+	if (es->rs.zc_adv && es->state == ES_RUN)
+		es_fail(es, reset);	/* ends it too */
+	else
+		es_zr_end(es, err);
+}
+
 /* A credit update, if one is due and there is room for it. */
 static void es_credit(struct kw_es *es)
 {
@@ -870,6 +887,19 @@ static int es_lock(struct kw_es *es, bool nonblock)
 		if (ret)
 			return ret;
 	}
+}
+
+/* The opening of most calls on the stream: es_lock(), then take what
+ * completed; es_unlock(es, *gen0) ends it. */
+static int es_lock_process(struct kw_es *es, u32 *gen0)
+{
+	int ret = es_lock(es, false);
+
+	if (ret)
+		return ret;
+	*gen0 = es->gen;
+	es_process(es);
+	return 0;
 }
 
 /* poll() and ioctl(): not interruptible either (a poller whose poll()
@@ -1361,13 +1391,8 @@ static int es_shutdown(struct socket *sock, int how)
 		es_process(es);
 		if (how & RCV_SHUTDOWN) {
 			es->rd_shut = true;
-			/* no reader for it: as a cancel */
-			if (es->zr.posted && !es->zr.done) {
-				if (es->rs.zc_adv)
-					es_fail(es, ECONNRESET);
-				else
-					es_zr_end(es, 0);
-			}
+			/* no reader for it: as a cancel, its result kept */
+			es_zr_stop(es, ECONNRESET, 0);
 		}
 		if (how & SEND_SHUTDOWN)
 			es->wr_shut = true;
@@ -1852,11 +1877,9 @@ static int es_iomap_opt(struct kw_es *es, int optname, sockptr_t optval,
 		return -EINVAL;
 	if (copy_from_sockptr(&io, optval, sizeof(io)))
 		return -EFAULT;
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		return ret;
-	gen0 = es->gen;
-	es_process(es);
 	/* an unmap is local: it works on a stream that failed, too */
 	if (es->state != ES_RUN)
 		ret = es->err ? -es->err : -ENOTCONN;
@@ -1912,11 +1935,9 @@ static int es_mreg(struct kw_es *es, const struct iwarp_mreg *r)
 	if (r->flags || r->reserved || !r->len ||
 	    check_add_overflow(r->addr, r->len, &end))
 		return -EINVAL;
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		return ret;
-	gen0 = es->gen;
-	es_process(es);
 	ret = es_running(es);
 	if (!ret && es->mreg_count == IWARP_MREG_MAX)
 		ret = -ENOSPC;
@@ -2005,11 +2026,9 @@ static int es_mreg_opt(struct kw_es *es, int optname, sockptr_t optval,
 		return -EFAULT;
 	if (optname == IWARP_MREG)
 		return es_mreg(es, &r);
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		return ret;
-	gen0 = es->gen;
-	es_process(es);
 	/* a deregistration is local: it works on a stream that failed */
 	if (es->state != ES_RUN)
 		ret = es->err ? -es->err : -ENOTCONN;
@@ -2080,6 +2099,7 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r,
 			  KIWARP_ACCESS_REMOTE_WRITE,
 	};
 	struct kiwarp_handle h = {};
+	bool registered, ended;
 	u32 gen0, gen, pre;
 	u64 end;
 	int ret;
@@ -2088,11 +2108,9 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r,
 	    r->len > IWARP_RECV_ZC_MAX ||
 	    check_add_overflow(r->addr, r->len, &end))
 		return -EINVAL;
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		return ret;
-	gen0 = es->gen;
-	es_process(es);
 	pre = kw_rs_zc_pre(&es->rs);
 	ret = es_zr_may_post(es, r, pre);
 	if (!ret)
@@ -2113,26 +2131,25 @@ static int es_recv_zc(struct kw_es *es, struct iwarp_recv_zc *r,
 	mr.addr = r->addr + pre;
 	mr.length = r->len - pre;
 	ret = kw_mr_reg_at(es->ctx, &mr, ES_TO_BASE);
+	registered = !ret;
 	/*
 	 * The caller learns pre before the target can go out: a result it
 	 * cannot get undoes a post nobody has seen yet.
 	 */
 	r->pre = pre;
 	if (!ret && (copy_to_user(optval, r, sizeof(*r)) ||
-		     put_user((int)sizeof(*r), optlen))) {
-		h.handle = mr.handle;
-		kw_mr_dereg(es->ctx, &h);
+		     put_user((int)sizeof(*r), optlen)))
 		ret = -EFAULT;
-	}
 
 	mutex_lock(&es->lock);
 	gen0 = es->gen;
-	if (!es->zr.posted || es->zr.gen != gen || es->zr.done) {
-		/* ended meanwhile: the stream failed, or a cancel */
-		if (!ret) {
-			h.handle = mr.handle;
-			kw_mr_dereg(es->ctx, &h);
-		}
+	ended = !es->zr.posted || es->zr.gen != gen || es->zr.done;
+	if ((ended || ret) && registered) {
+		h.handle = mr.handle;
+		kw_mr_dereg(es->ctx, &h);
+	}
+	if (ended) {
+		/* the stream failed, or a cancel, meanwhile */
 		if (es->zr.posted && es->zr.gen == gen)	/* told below */
 			memset(&es->zr, 0, sizeof(es->zr));
 		/* (the end of the stream: recv() what there is) */
@@ -2171,20 +2188,10 @@ static int es_recv_zc_done(struct kw_es *es, struct iwarp_recv_zc_done *d)
 	return 0;
 }
 
-/*
- * Forget the zero-copy receive: quietly if the peer was never given it,
- * else with a reset (it keeps the right to write there until the stream
- * ends). One being registered is ended here and dropped by its poster.
- */
+/* Forget the zero-copy receive (es_zr_stop()). */
 static void es_zr_cancel(struct kw_es *es, int err)
 {
-	lockdep_assert_held(&es->lock);
-	if (!es->zr.done) {
-		if (es->rs.zc_adv && es->state == ES_RUN)
-			es_fail(es, err);	/* ends it too */
-		else
-			es_zr_end(es, err);
-	}
+	es_zr_stop(es, err, err);
 	memset(&es->zr, 0, sizeof(es->zr));
 }
 
@@ -2210,11 +2217,9 @@ static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
 		/* (copies its result out itself: see there) */
 		return es_recv_zc(es, &u.r, optval, optlen);
 	}
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		return ret;
-	gen0 = es->gen;
-	es_process(es);
 	ret = es_recv_zc_done(es, &u.d);
 	es_unlock(es, gen0);
 	/* a result that cannot be copied out is lost; its bytes are in the
@@ -2245,11 +2250,9 @@ static int es_setsockopt(struct socket *sock, int level, int optname,
 	if (optname == IWARP_RECV_ZC_CANCEL) {
 		u32 gen0;
 
-		ret = es_lock(es, false);
+		ret = es_lock_process(es, &gen0);
 		if (ret)
 			return ret;
-		gen0 = es->gen;
-		es_process(es);
 		ret = es->zr.posted ? 0 : -ENOENT;
 		if (es->zr.posted)
 			es_zr_cancel(es, ECANCELED);
@@ -2457,11 +2460,9 @@ static int es_ioread_opt(struct kw_es *es, char __user *optval,
 	ret = mutex_lock_interruptible(&es->rd_mutex);
 	if (ret)
 		return ret;
-	ret = es_lock(es, false);
+	ret = es_lock_process(es, &gen0);
 	if (ret)
 		goto out;
-	gen0 = es->gen;
-	es_process(es);
 	ret = es_ioread(es, &r);
 	es_unlock(es, gen0);
 	if (!ret && (copy_to_user(optval, &r, sizeof(r)) ||
@@ -2659,9 +2660,9 @@ static int es_release(struct socket *sock)
 		es_process(es);
 		/* unread data, or a zero-copy receive the peer may still
 		 * write into: a reset, as TCP's close with unread data */
-		if (es->rs.readable || !timeo || es->rs.zc_adv)
+		if (es->rs.readable || !timeo)
 			es_fail(es, ECONNRESET);
-		es_zr_end(es, ECONNRESET);	/* one never given out */
+		es_zr_stop(es, ECONNRESET, ECONNRESET);
 		es->rd_shut = true;
 		es->wr_shut = true;
 		/* DISCONNECT, waiting for SQ room if need be */

@@ -251,6 +251,15 @@ bool kw_rs_iomap_find(const struct kw_rs *rs, const struct kw_rs_iomap *tbl,
 
 /* -------------------------------------------------------------- receiver */
 
+/* No zero-copy target any more (its place in the stream aside). */
+static void zc_forget(struct kw_rs *rs)
+{
+	memset(&rs->zc, 0, sizeof(rs->zc));
+	rs->zc_left = 0;
+	rs->zc_armed = false;
+	rs->zc_adv = false;
+}
+
 /* DATA for the zero-copy target: rbuf's advertised bytes all came. */
 static int rx_data_zc(struct kw_rs *rs, u32 len)
 {
@@ -260,9 +269,7 @@ static int rx_data_zc(struct kw_rs *rs, u32 len)
 	rs->zc_left -= len;
 	if (rs->zc_left)
 		return KW_RS_EV_ZC_DATA;
-	memset(&rs->zc, 0, sizeof(rs->zc));
-	rs->zc_armed = false;
-	rs->zc_adv = false;
+	zc_forget(rs);
 	if (!rs->zc_pre)	/* the reader is at its place */
 		rs->zc_mark = false;
 	return KW_RS_EV_ZC_DONE;
@@ -427,11 +434,9 @@ int kw_rs_zc_post(struct kw_rs *rs, u32 len)
 		return -EBUSY;
 	if (!len)
 		return -EINVAL;
-	memset(&rs->zc, 0, sizeof(rs->zc));
+	zc_forget(rs);
 	rs->zc.len = len;
 	rs->zc_left = len;
-	rs->zc_armed = false;
-	rs->zc_adv = false;
 	rs->zc_mark = true;
 	rs->zc_pre = kw_rs_zc_pre(rs);
 	return 0;
@@ -452,10 +457,7 @@ bool kw_rs_zc_end(struct kw_rs *rs)
 
 	if (!rs->zc.len)	/* filled (or none): its place stays */
 		return false;
-	memset(&rs->zc, 0, sizeof(rs->zc));
-	rs->zc_left = 0;
-	rs->zc_armed = false;
-	rs->zc_adv = false;
+	zc_forget(rs);
 	/* nothing went there: the stream runs on through rbuf */
 	if (!out)
 		rs->zc_mark = false;

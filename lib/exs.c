@@ -634,6 +634,19 @@ static bool fd_recv_zc_cancel(int fd)
 	return !r || errno == ENOENT;
 }
 
+/*
+ * Take a posted zero-copy receive back from the kernel; if that cannot be
+ * confirmed, its registration stays busy for good (exs_mderegister() says
+ * EBUSY) rather than be reused under the peer's writes.
+ */
+static void op_zc_drop(int fd, struct exs_op *op)
+{
+	if (!op->rzc)
+		return;
+	op->rzc_stuck = !fd_recv_zc_cancel(fd);
+	op->rzc = false;
+}
+
 /* Its result, once the bytes before it were read; false: not yet. */
 static bool fd_recv_zc_done(int fd, struct exs_fd *st, struct exs_op *op)
 {
@@ -647,15 +660,10 @@ static bool fd_recv_zc_done(int fd, struct exs_fd *st, struct exs_op *op)
 	if (r && errno == EAGAIN)
 		return false;
 	if (r) {
-		/*
-		 * No result: the buffer goes back to the application only
-		 * once the kernel is sure to have let it go; if that cannot
-		 * be made sure, its registration stays busy for good
-		 * (exs_mderegister() says EBUSY) rather than be reused under
-		 * the peer's writes.
-		 */
+		/* no result: the buffer goes back only once the kernel let
+		 * it go */
 		d.error = errno;
-		op->rzc_stuck = !fd_recv_zc_cancel(fd);
+		op_zc_drop(fd, op);
 	}
 	op->rzc = false;
 	op->done += d.bytes;
@@ -668,6 +676,7 @@ static bool fd_recv_zc_done(int fd, struct exs_fd *st, struct exs_op *op)
 static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 {
 	struct exs_op *op;
+	size_t limit;
 
 	/* not before a pending connect: recv() would take its error */
 	if (fd_connecting(st))
@@ -692,11 +701,10 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 		}
 		if (!op->rzc_tried)
 			fd_recv_zc_post(fd, st, op);
-		while (!st->eof && !st->rcv_err &&
-		       op->done < (op->rzc ? op->rzc_pre : op->len)) {
+		limit = op->rzc ? op->rzc_pre : op->len;
+		while (!st->eof && !st->rcv_err && op->done < limit) {
 			ssize_t n = recv(fd, op->buf + op->done,
-					 (op->rzc ? op->rzc_pre : op->len) -
-					 op->done, MSG_DONTWAIT);
+					 limit - op->done, MSG_DONTWAIT);
 
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -722,10 +730,8 @@ static void fd_recv(int fd, struct exs_fd *st, uint32_t *wait)
 		 * (EFAULT: the buffer is gone): the stream itself may be fine
 		 * and would fill it after a gap; it is taken back instead.
 		 */
-		if (op->rzc && st->rcv_err && op->done < op->rzc_pre) {
-			op->rzc_stuck = !fd_recv_zc_cancel(fd);
-			op->rzc = false;
-		}
+		if (op->rzc && st->rcv_err && op->done < op->rzc_pre)
+			op_zc_drop(fd, op);
 		/* the bytes before it are in (or the stream ended): its turn */
 		if (op->rzc && !fd_recv_zc_done(fd, st, op)) {
 			*wait |= EPOLLIN;
@@ -833,8 +839,7 @@ static void fd_progress(int fd, struct exs_fd *st)
 			else
 				st->rq = op->next;
 			op->err = op->err ?: err;
-			if (op->rzc && !fd_recv_zc_cancel(fd))
-				op->rzc_stuck = true;
+			op_zc_drop(fd, op);
 			op_complete(fd, st, op);
 		}
 		st->q = EXS_QHANDLE_INVALID;
@@ -1180,9 +1185,10 @@ int EXS_API exs_qdelete(exs_qhandle_t q)
 			/* the kernel forgets it (one the peer may still
 			 * write into resets the connection); if it may not
 			 * have, the memory stays busy (fd_recv_zc_done()) */
-			if (op->rzc && (!fd_same(fd, st) ||
-					!fd_recv_zc_cancel(fd)))
-				op->rzc_stuck = true;
+			if (fd_same(fd, st))
+				op_zc_drop(fd, op);
+			else	/* (as fd_gone()) */
+				op->rzc_stuck = op->rzc;
 			if (op->mh != EXS_MHANDLE_INVALID && !op->rzc_stuck)
 				mreg_of(op->mh)->busy--;
 			free(op);
