@@ -21,7 +21,10 @@
  *
  * Data path: write() copies into the send buffer and posts an RDMA Write
  * into the buffer the peer advertised, followed by a 4-byte Send with the
- * DATA message; read() copies out of the receive buffer, into which the
+ * DATA message. TCP takes the send buffer's pages by reference (tx.c,
+ * kw_mr.tx_guarded), so a page may still be held by an skb when its
+ * bytes come round again: es_sbuf_claim() then gives the buffer a fresh
+ * page instead of rewriting it. read() copies out of the receive buffer, into which the
  * peer's Writes were placed by the receive softirq. A zero-copy receive
  * (IWARP_RECV_ZC, struct es_zr) advertises an application's buffer
  * instead, for the stream bytes past those already due through rbuf. Completions are taken
@@ -114,11 +117,14 @@ struct kw_es {
 	struct kw_qp *qp;	/* referenced */
 	struct kw_cq *cq;	/* referenced */
 	u32 qp_handle;
-	struct kw_umem *mem;
-	u8 *rbuf, *tsgl, *sbuf, *sslots, *rslots;	/* in mem */
+	struct kw_umem *mem;	/* rbuf, tsgl */
+	struct kw_umem *smem;	/* sbuf (no kernel mapping), slots */
+	u8 *rbuf, *tsgl, *sslots, *rslots;	/* in mem; slots: smem */
 	u32 rbuf_size, sbuf_size;
 	u32 rbuf_key, tsgl_key, lkey;
 	struct kw_mr *rbuf_mr;	/* referenced: its remote-write window */
+	struct kw_mr *smr;	/* referenced: lkey's, tx_guarded */
+	u64 sb_replaced;	/* sbuf pages replaced (es_sbuf_claim) */
 	u64 sbuf_to, sslots_to, rslots_to;
 	struct kw_rs rs;
 
@@ -917,6 +923,79 @@ static bool es_lock_brief(struct kw_es *es)
 /* ---------------------------------------------------------------- send */
 
 /*
+ * The send buffer goes to TCP by page reference (tx.c: its MR is
+ * tx_guarded), and an skb may hold a page of it long after the WR that
+ * sent the page's bytes completed: a receiver on this host that has not
+ * read them yet, the retransmit queue. Those bytes are never rewritten.
+ * Bytes go into sbuf in ring order, so a page's first byte is written
+ * before any other in each lap: if anybody but us holds the page then, an
+ * skb of an earlier lap does, and the page is replaced by a fresh one
+ * (the skb keeps the old one until it lets go). Once its first byte is
+ * written, skbs can only hold bytes of this lap. A replacement needs the
+ * whole page free: while its end is still in flight (posted, perhaps not
+ * yet in TCP) the bytes before it wait for that to complete.
+ *
+ * A count of 1 is exact for "nobody else": every skb holding the page took
+ * a reference (tcp_sendpage, skb_splice_from_iter) before its WR completed,
+ * which we saw. A transient reference of somebody else only costs a page.
+ *
+ * Returns how many of the n bytes from off on may be written now, 0 if
+ * none yet (a completion will come), or -ENOMEM.
+ */
+static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
+{
+	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail), p;
+
+	lockdep_assert_held(&es->lock);
+	for (p = round_up(off, PAGE_SIZE); p < off + n; p += PAGE_SIZE) {
+		unsigned long i = p >> PAGE_SHIFT;
+		struct page *old = kw_umem_page(es->smem, i), *page;
+
+		if (page_ref_count(old) == 1)
+			continue;
+		if (p + PAGE_SIZE - off > free)
+			return p - off;	/* its end is still in flight */
+		page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+		if (!page)
+			return p - off ? p - off : -ENOMEM;
+		/* no WR uses page i: all of it is free */
+		kw_mr_replace_page(es->smr, i, page);
+		put_page(kw_umem_replace_page(es->smem, i, page));
+		es->sb_replaced++;
+	}
+	return n;
+}
+
+/* Whether es_sbuf_claim() lets at least a byte be written now. */
+static bool es_sbuf_writable(struct kw_es *es)
+{
+	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail);
+
+	lockdep_assert_held(&es->lock);
+	return free && (!PAGE_ALIGNED(es->sb_off) || free >= PAGE_SIZE ||
+			page_ref_count(kw_umem_page(es->smem,
+					es->sb_off >> PAGE_SHIFT)) == 1);
+}
+
+/* Copy n bytes into sbuf at off (claimed), page by page: it has no kernel
+ * mapping of its own. */
+static int es_sbuf_fill(struct kw_es *es, u32 off, u32 n,
+			struct iov_iter *from)
+{
+	while (n) {
+		struct page *page = kw_umem_page(es->smem, off >> PAGE_SHIFT);
+		u32 k = min_t(u32, n, PAGE_SIZE - offset_in_page(off));
+
+		if (copy_page_from_iter(page, offset_in_page(off), k,
+					from) != k)
+			return -EFAULT;
+		off += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/*
  * kw_rs_tx_room() reads the next target SGL entry when the current buffer
  * is full; the peer's Write of that entry is placed by our socket's receive
  * path, which runs under the socket lock (in softirq, bh_lock_sock; in
@@ -1045,7 +1124,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	bool zc_copy = false;	/* ... and copied some */
 	size_t copied = 0;
 	u64 iow_pos = 0, end;
-	int ret = 0, iow;
+	int ret = 0, iow, claim;
 	u32 gen0, gen;
 
 	if (msg->msg_flags & MSG_OOB)
@@ -1132,12 +1211,15 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
 				 es->sbuf_size - off);
 			n = min_t(size_t, n, len - copied);
-			if (!n)
-				break;
-			if (copy_from_iter(es->sbuf + off, n, &msg->msg_iter) != n) {
-				ret = -EFAULT;
+			claim = es_sbuf_claim(es, off, n);
+			if (claim <= 0) {
+				ret = claim;	/* 0: wait for completions */
 				break;
 			}
+			n = claim;
+			ret = es_sbuf_fill(es, off, n, &msg->msg_iter);
+			if (ret)
+				break;
 			if (iow) {
 				es_post_write(es, es->sbuf_to + off, n, &dst,
 					      ES_WR_DATA | n);
@@ -1326,8 +1408,7 @@ static __poll_t es_poll(struct file *file, struct socket *sock,
 				EPOLLWRNORM;
 		} else if (!es->wr_shut && !es->peer_gone &&
 			   es_sq_free(es) >= 2 + ES_SQ_RESERVE &&
-			   es->sb_head - es->sb_tail < es->sbuf_size &&
-			   es_tx_room(es, &dst)) {
+			   es_sbuf_writable(es) && es_tx_room(es, &dst)) {
 			mask |= EPOLLOUT | EPOLLWRNORM;
 		}
 		if ((es->rd_eof || es->rd_shut) &&
@@ -1427,12 +1508,18 @@ static void es_teardown(struct kw_es *es)
 		kw_mr_put(es->rbuf_mr);
 		es->rbuf_mr = NULL;
 	}
+	if (es->smr) {
+		kw_mr_put(es->smr);
+		es->smr = NULL;
+	}
 	if (es->ctx) {
 		kw_ctx_free(es->ctx);	/* QP, CQ, MRs, PD */
 		es->ctx = NULL;
 	}
 	kw_umem_put(es->mem);
 	es->mem = NULL;
+	kw_umem_put(es->smem);	/* skbs may hold some of its pages still */
+	es->smem = NULL;
 	/* their MRs went with the context */
 	kfree(es->maps);
 	es->maps = NULL;
@@ -1458,11 +1545,11 @@ static u32 es_buf_size(const struct sock *sk, bool rcv)
 }
 
 /*
- * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table) |
- * sbuf | slots (1 page: the send WRs' 32-byte slots, then the receive WRs'
- * 4-byte ones). Three MRs: rbuf and
- * tsgl, which the peer writes, and everything after them, which only we
- * use.
+ * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table), and
+ * apart, without a kernel mapping, sbuf | slots (1 page: the send WRs'
+ * 32-byte slots, then the receive WRs' 4-byte ones). Three MRs: rbuf and
+ * tsgl, which the peer writes, and sbuf with the slots, which only we use
+ * (tx_guarded: see es_sbuf_claim()).
  */
 static int es_alloc(struct kw_es *es)
 {
@@ -1475,7 +1562,7 @@ static int es_alloc(struct kw_es *es)
 	struct kiwarp_reg_mr mr = {};
 	unsigned long rb_pages, sb_pages;
 	struct kw_rs_cfg cfg = { .rq_size = ES_RQ_CREDITS };
-	size_t size;
+	struct page *slots;
 	void *base;
 	int ret, i;
 
@@ -1489,7 +1576,6 @@ static int es_alloc(struct kw_es *es)
 	es->sbuf_size = es_buf_size(es->sk, false);
 	rb_pages = es->rbuf_size >> PAGE_SHIFT;
 	sb_pages = es->sbuf_size >> PAGE_SHIFT;
-	size = (rb_pages + 1 + sb_pages + 1) << PAGE_SHIFT;
 
 	es->ctx = kw_ctx_alloc();
 	if (IS_ERR(es->ctx)) {
@@ -1498,10 +1584,18 @@ static int es_alloc(struct kw_es *es)
 		return ret;
 	}
 	es->ctx->one_qp = true;		/* no path hints to share */
-	es->mem = kw_umem_alloc(es->ctx->mm, size, &base);
+	es->mem = kw_umem_alloc(es->ctx->mm, (rb_pages + 1) << PAGE_SHIFT,
+				&base);
 	if (IS_ERR(es->mem)) {
 		ret = PTR_ERR(es->mem);
 		es->mem = NULL;
+		return ret;
+	}
+	es->smem = kw_umem_alloc(es->ctx->mm, (sb_pages + 1) << PAGE_SHIFT,
+				 NULL);
+	if (IS_ERR(es->smem)) {
+		ret = PTR_ERR(es->smem);
+		es->smem = NULL;
 		return ret;
 	}
 	if (es->iomap_size) {
@@ -1514,8 +1608,8 @@ static int es_alloc(struct kw_es *es)
 	es->rbuf = base;
 	es->tsgl = es->rbuf + es->rbuf_size;
 	es->iomap_tbl = es->tsgl + KW_RS_SGL_SIZE * KW_RS_SGE_LEN;
-	es->sbuf = es->tsgl + PAGE_SIZE;
-	es->sslots = es->sbuf + es->sbuf_size;
+	slots = kw_umem_page(es->smem, sb_pages);	/* never replaced */
+	es->sslots = page_address(slots);
 	es->rslots = es->sslots + ES_SQ_ENTRIES * ES_SLOT_LEN;
 
 	ret = kw_pd_alloc(es->ctx, &pd);
@@ -1537,11 +1631,15 @@ static int es_alloc(struct kw_es *es)
 		return ret;
 	es->tsgl_key = mr.stag;
 	mr.access = KIWARP_ACCESS_LOCAL_WRITE;
-	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages + 1, sb_pages + 1,
-			       ES_TO_BASE, &mr);
+	ret = kw_mr_reg_kernel(es->ctx, es->smem, 0, sb_pages + 1, ES_TO_BASE,
+			       &mr);
 	if (ret)
 		return ret;
 	es->lkey = mr.stag;
+	es->smr = kw_mr_get(mr.stag);
+	if (!es->smr)
+		return -EINVAL;
+	es->smr->tx_guarded = true;	/* before any WR uses it */
 	es->sbuf_to = ES_TO_BASE;
 	es->sslots_to = ES_TO_BASE + es->sbuf_size;
 	es->rslots_to = es->sslots_to + ES_SQ_ENTRIES * ES_SLOT_LEN;
@@ -1771,6 +1869,7 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->mreg_count = es->mreg_count;
 	info->zc_pending = es->zc_tail - es->zc_head;
 	info->zc_rx_bytes = es->zr_bytes;
+	info->sbuf_replaced = es->sb_replaced;
 	return 0;
 }
 

@@ -739,7 +739,19 @@ struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 
 	mr_locate(mr, off, &idx, pg_off);
 	*avail = PAGE_SIZE - *pg_off;
-	return mr->pages[idx];
+	return READ_ONCE(mr->pages[idx]);	/* kw_mr_replace_page() */
+}
+
+/*
+ * The send buffer's owner (es.c) replaces a page that an skb still holds,
+ * while no WR uses it: transmits of other WRs read other slots meanwhile.
+ */
+void kw_mr_replace_page(struct kw_mr *mr, unsigned long idx,
+			struct page *page)
+{
+	if (WARN_ON_ONCE(!mr->tx_guarded || !mr->umem || idx >= mr->npages))
+		return;
+	WRITE_ONCE(mr->pages[idx], page);
 }
 
 int kw_mr_invalidate(u32 stag, u32 pd_id)

@@ -219,7 +219,8 @@ struct kw_qp {
 	u32 tx_batch_mpos;	/* tx_mpos where the batch began */
 	u32 tx_cork_len;	/* bytes TCP holds that went with MSG_MORE
 				 * (0: everything was pushed) */
-	bool tx_copy;		/* SQ payload copied, done when in TCP */
+	bool tx_copy;		/* SQ WR done when in TCP: copied, ... */
+	bool tx_byref;		/* ... or by reference from a tx_guarded MR */
 	struct kw_txzc *tx_zc;	/* ... or by reference: its ubuf_info */
 	struct kw_zcd *zcd;	/* the QP as the ubuf callbacks see it */
 	bool tx_local_done;	/* a Local Invalidate finished: complete it */

@@ -39,6 +39,12 @@
  * with the last skb, acknowledged or purged. Until then the WR is held
  * (kw_wr.held): its completion, and its MR references, wait.
  *
+ * Kernel memory whose owner never rewrites what an skb may still hold
+ * (kw_mr.tx_guarded: an extended socket's send buffer, es.c) needs none
+ * of that: its pages go by plain reference (sendpage, MSG_SPLICE_PAGES),
+ * with no ubuf, so a local receiver takes them as they are instead of
+ * copying them, and the WR completes as soon as TCP has them.
+ *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
@@ -976,10 +982,11 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	if (qp->tx_zc && !qp->tx_batch_copy) {
 		msg.msg_flags |= MSG_ZEROCOPY;
 		msg.msg_ubuf = &qp->tx_zc->ubuf;
-	} else if ((!qp->tx_copy || qp->mpa.markers_tx) &&
+	} else if ((!qp->tx_copy || qp->tx_byref || qp->mpa.markers_tx) &&
 		   !qp->tx_batch_copy) {
 		/* our own pages: by reference (a batch with markers, or a
-		 * Read Response, was copied into them: tx_stream_fpdu()) */
+		 * Read Response, was copied into them: tx_stream_fpdu()),
+		 * or a guarded MR's */
 		msg.msg_flags |= MSG_SPLICE_PAGES;
 	}
 	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, qp->tx_bvec, qp->tx_nbv,
@@ -1005,7 +1012,8 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 
 	/* one sendmsg(): copies (a tx_zc batch with a slab page too), or
 	 * references the pages for tx_zc */
-	if ((qp->tx_copy && !qp->mpa.markers_tx) || qp->tx_zc) {
+	if ((qp->tx_copy && !qp->tx_byref && !qp->mpa.markers_tx) ||
+	    qp->tx_zc) {
 		struct msghdr msg = { .msg_flags = flags };
 
 		if (!qp->tx_copy && !qp->tx_batch_copy) {
@@ -1166,6 +1174,7 @@ u32 kw_qp_mulpdu(struct kw_qp *qp)
 static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
 {
 	qp->tx_copy = false;
+	qp->tx_byref = false;
 	memset(&qp->tx_msg, 0, sizeof(qp->tx_msg));
 	qp->tx_msg.opcode = opcode;
 	qp->tx_msg.crc = qp->mpa.crc;
@@ -1180,6 +1189,17 @@ static void msg_untagged(struct kw_qp *qp, u32 qn)
 }
 
 /* Take source MR references for the payload of an SQ WR. */
+/* Whether every SGE of the message is in a tx_guarded MR (kw_mr). */
+static bool tx_sges_guarded(const struct kw_qp *qp)
+{
+	u32 i;
+
+	for (i = 0; i < qp->tx_nsge; i++)
+		if (!qp->tx_mr[i]->tx_guarded)
+			return false;
+	return qp->tx_nsge;
+}
+
 static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 {
 	u32 i, n = 0;
@@ -1310,11 +1330,17 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	 * completes as soon as TCP has them (tx_finish()); larger ones go
 	 * by page reference and complete once TCP saw them acknowledged
 	 * and no skb holds the pages (tx_zc, above), unless the stack
-	 * copies them anyway (kw_tx_path_copies()). With markers every WR
-	 * is copied, so end_seq (used only for WRs awaiting their ACK)
-	 * leaves markers out.
+	 * copies them anyway (kw_tx_path_copies()). From memory whose
+	 * owner never rewrites what an skb holds (tx_guarded: the kernel's
+	 * own, es.c's send buffer) they go by page reference too, but
+	 * complete as a copy does: the owner, not the WR, waits for the
+	 * pages. With markers every WR is copied, so end_seq (used only
+	 * for WRs awaiting their ACK) leaves markers out.
 	 */
-	qp->tx_copy = wr->len <= qp->copy_max || qp->mpa.markers_tx ||
+	qp->tx_byref = tx_sges_guarded(qp) && wr->len > qp->copy_max &&
+		       !qp->mpa.markers_tx;
+	qp->tx_copy = qp->tx_byref || wr->len <= qp->copy_max ||
+		      qp->mpa.markers_tx ||
 		      (qp->copy_adapt && kw_tx_path_copies(qp));
 	if (!qp->tx_copy) {
 		qp->tx_zc = txzc_new(qp, idx);

@@ -13,6 +13,13 @@
  * fork adds one through open). Destroying the object while user space
  * still maps its ring therefore keeps the pages, and their charge, until
  * the last munmap. The last put runs in process context (vunmap sleeps).
+ *
+ * Extended sockets (es.c) keep their buffers in such memory too. Their
+ * send buffer has no mapping at all (kw_umem_alloc without vaddr): TCP
+ * takes its pages by reference, and es.c replaces one that an skb still
+ * holds rather than rewrite it (kw_umem_replace_page). The page count
+ * and its memlock charge stay the same; each page's memcg charge goes
+ * with the page, whoever frees it last.
  */
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
@@ -57,14 +64,16 @@ struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
 		if (!u->pages[i])
 			goto err_pages;
 	}
-	u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
-	if (!u->vaddr)
-		goto err_pages;
+	if (vaddr) {
+		u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
+		if (!u->vaddr)
+			goto err_pages;
+		*vaddr = u->vaddr;
+	}
 	u->npages = npages;
 	u->mm = mm;
 	mmgrab(mm);
 	refcount_set(&u->ref, 1);
-	*vaddr = u->vaddr;
 	return u;
 
 err_pages:
@@ -81,7 +90,8 @@ void kw_umem_put(struct kw_umem *u)
 	might_sleep();
 	if (!u || !refcount_dec_and_test(&u->ref))
 		return;
-	vunmap(u->vaddr);
+	if (u->vaddr)
+		vunmap(u->vaddr);
 	umem_free_pages(u->pages, u->npages);
 	kw_unaccount_pinned(u->mm, u->npages);
 	mmdrop(u->mm);
@@ -101,6 +111,21 @@ unsigned long kw_umem_npages(const struct kw_umem *u)
 struct page *kw_umem_page(const struct kw_umem *u, unsigned long i)
 {
 	return u->pages[i];
+}
+
+/*
+ * Put page in slot i of u, which has no kernel mapping (nothing else maps
+ * its pages), and return the page it replaces: the caller owns that
+ * reference now. Under the owner's lock (es.c: es->lock).
+ */
+struct page *kw_umem_replace_page(struct kw_umem *u, unsigned long i,
+				  struct page *page)
+{
+	struct page *old = u->pages[i];
+
+	WARN_ON_ONCE(u->vaddr || i >= u->npages);
+	u->pages[i] = page;
+	return old;
 }
 
 static void umem_vm_open(struct vm_area_struct *vma)
@@ -128,7 +153,7 @@ int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma)
 {
 	int ret;
 
-	if (vma_pages(vma) != u->npages)
+	if (vma_pages(vma) != u->npages || !u->vaddr)
 		return -EINVAL;
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;

@@ -44,6 +44,11 @@
 #define PEER_RBUF_KEY	0x5678
 #define PEER_CREDITS	16
 
+/* the raw peer's receive buffer length, and the ES socket's SO_SNDBUF
+ * (0: not set), for the next hp_connect() */
+static u32 hp_data_buf_len = 65536;
+static int hp_sndbuf;
+
 struct hp {
 	int raw, es;		/* the raw peer's socket; the ES socket */
 	struct rp p;
@@ -85,7 +90,7 @@ static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
 	struct kw_rs_conn mine = {
 		.version = KW_RS_VERSION, .credits = PEER_CREDITS,
 		.target_sgl = { PEER_TSGL_TO, PEER_TSGL_KEY, 2 },
-		.data_buf = { PEER_RBUF_TO, PEER_RBUF_KEY, 65536 },
+		.data_buf = { PEER_RBUF_TO, PEER_RBUF_KEY, hp_data_buf_len },
 		.flags = peer_iomap ? KW_RS_FLAG_IOMAP : 0,
 		.iomap_size = kw_rs_iomap_scale(peer_iomap),
 	};
@@ -100,6 +105,9 @@ static int hp_connect_io(struct hp *h, int rcvbuf, int es_iomap,
 		return 1;
 	if (rcvbuf && setsockopt(h->es, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
 				 sizeof(rcvbuf)))
+		return 2;
+	if (hp_sndbuf && setsockopt(h->es, SOL_SOCKET, SO_SNDBUF, &hp_sndbuf,
+				    sizeof(hp_sndbuf)))
 		return 2;
 	if (setsockopt(h->es, IPPROTO_TCP, TCP_ULP, KIWARP_ULP_NAME,
 		       sizeof(KIWARP_ULP_NAME) - 1))
@@ -610,7 +618,7 @@ TEST(iomap_updates_out_of_range_or_beyond_credits_are_errors)
 /* What the raw peer sees: tagged bytes at their TO in peer_mem (its own
  * target SGL, iomap table and receive buffer, and riowrite()s' targets),
  * the last Send's first 4 bytes at its start, and every STag used. */
-#define PEER_MEM	0x100000
+#define PEER_MEM	0x200000
 static u8 peer_mem[PEER_MEM];
 static u32 stags[64];
 static unsigned int nstags;
@@ -1234,4 +1242,103 @@ TEST(zero_copy_receive_arguments_and_cancel)
 	EXPECT_EQ(recv(h.es, b, sizeof(b), MSG_DONTWAIT), 0);
 	hp_close(&h);
 	munmap(m, ZC_BUF);
+}
+
+/*
+ * The send buffer goes to TCP by page reference. A receiver on this host
+ * that has not read yet holds the very pages (as does TCP's retransmit
+ * queue): when the buffer comes round again, those bytes must not be
+ * rewritten under it. The raw peer reads nothing while the stream sends
+ * fifteen 32 KiB writes through a 32 KiB send buffer (a lap each), then
+ * reads them all: every byte is the one written, and the stream reports
+ * the pages it had to replace.
+ */
+#define HELD_WRITE	32768
+#define HELD_TOTAL	(15 * HELD_WRITE)
+
+struct held_writer {
+	int fd;
+	const u8 *src;
+	long sent;
+	int err;
+};
+
+static void *held_write(void *arg)
+{
+	struct held_writer *w = arg;
+
+	while (w->sent < HELD_TOTAL) {
+		ssize_t n = send(w->fd, w->src + w->sent, HELD_WRITE, 0);
+
+		if (n <= 0) {
+			w->err = n ? errno : EPIPE;
+			break;
+		}
+		w->sent += n;
+	}
+	return NULL;
+}
+
+static bool held_all_placed(const struct rp_sink *s)
+{
+	return s->placed >= HELD_TOTAL + (HELD_TOTAL / HELD_WRITE) *
+					 KW_RS_MSG_LEN;
+}
+
+TEST(send_buffer_pages_held_by_the_stack)
+{
+	static u8 src[HELD_TOTAL];
+	struct held_writer w = { .src = src };
+	struct iwarp_info info;
+	socklen_t il = sizeof(info);
+	u32 x = 0x9e3779b9, i;
+	struct kw_rx rx;
+	pthread_t wt;
+	struct hp h;
+	double end;
+	int ret;
+
+	for (i = 0; i < HELD_TOTAL; i++) {	/* every lap differs */
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		src[i] = (u8)x;
+	}
+	hp_data_buf_len = 1 << 20;	/* room for all of it */
+	hp_sndbuf = HELD_WRITE / 2;	/* Linux doubles it: a 32 KiB sbuf */
+	ret = hp_connect(&h, 0);
+	hp_data_buf_len = 65536;
+	hp_sndbuf = 0;
+	ASSERT_EQ(ret, 0);
+	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &info, &il), 0);
+	ASSERT_EQ(info.sbuf_size, HELD_WRITE);
+	/* the MPA responder speaks after the initiator's first FPDU */
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_CTRL, KW_RS_CTRL_KEEPALIVE)), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	rec_start(&h, &rx);
+	w.fd = h.es;
+	ASSERT_EQ(pthread_create(&wt, NULL, held_write, &w), 0);
+	/* nothing read: laps go out while the earlier ones wait unread */
+	end = now() + 10;
+	do {
+		usleep(100 * 1000);
+		ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &info, &il),
+			  0);
+	} while (info.sbuf_replaced < HELD_WRITE / 4096 && now() < end);
+	note("before reading: %llu bytes sent, %llu pages replaced",
+	     (unsigned long long)info.tx_bytes,
+	     (unsigned long long)info.sbuf_replaced);
+	EXPECT_GE(info.sbuf_replaced, HELD_WRITE / 4096);
+	rp_read(&h.p, &rx, &sink, 30, held_all_placed);
+	pthread_join(wt, NULL);
+	note("written %ld (errno %d), placed %llu, %u messages", w.sent, w.err,
+	     (unsigned long long)sink.placed, sink.n);
+	EXPECT_EQ(w.sent, HELD_TOTAL);
+	EXPECT_FALSE(sink.got_term);
+	ASSERT_TRUE(held_all_placed(&sink));
+	EXPECT_MEMEQ(peer_mem + PEER_RBUF_TO, src, HELD_TOTAL);
+	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &info, &il), 0);
+	note("%llu pages replaced in all", (unsigned long long)info.sbuf_replaced);
+	EXPECT_EQ(info.tx_bytes, HELD_TOTAL);
+	hp_close(&h);
 }

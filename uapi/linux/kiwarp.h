@@ -767,6 +767,8 @@ struct iwarp_info {
 	__u32 mreg_count;	/* IWARP_MREG registrations */
 	__u32 zc_pending;	/* MSG_ZEROCOPY calls not yet notified */
 	__aligned_u64 zc_rx_bytes;	/* received in place (IWARP_RECV_ZC) */
+	__aligned_u64 sbuf_replaced;	/* send buffer pages replaced because
+					 * the stack still held them */
 };
 
 /* ---------------------------------------------------------------------- */
