@@ -24,7 +24,7 @@
  * DATA message. TCP takes the send buffer's pages by reference (tx.c,
  * kw_mr.tx_guarded), so a page may still be held by an skb when its
  * bytes come round again: es_sbuf_claim() then gives the buffer a fresh
- * page instead of rewriting it. read() copies out of the receive buffer, into which the
+ * chunk instead of rewriting it. read() copies out of the receive buffer, into which the
  * peer's Writes were placed by the receive softirq. A zero-copy receive
  * (IWARP_RECV_ZC, struct es_zr) advertises an application's buffer
  * instead, for the stream bytes past those already due through rbuf. Completions are taken
@@ -86,6 +86,9 @@ enum kw_es_state {
 #define ES_BUF_DEFAULT		(128 * 1024)
 #define ES_BUF_MIN		(16 * 1024)
 #define ES_BUF_MAX		(4 * 1024 * 1024)
+/* sbuf: compound chunks of 2^ES_SBUF_ORDER pages (es_sbuf_claim()) */
+#define ES_SBUF_ORDER		2
+#define ES_SBUF_CHUNK		(PAGE_SIZE << ES_SBUF_ORDER)
 #define ES_TO_BASE		0x10000ULL	/* TOs of our MRs: never a
 						 * kernel address */
 #define ES_CLOSE_TIMEOUT	(5 * HZ)
@@ -117,13 +120,13 @@ struct kw_es {
 	struct kw_qp *qp;	/* referenced */
 	struct kw_cq *cq;	/* referenced */
 	u32 qp_handle;
-	struct kw_umem *mem;	/* rbuf, tsgl */
-	struct kw_umem *smem;	/* sbuf (no kernel mapping), slots */
-	u8 *rbuf, *tsgl, *sslots, *rslots;	/* in mem; slots: smem */
+	struct kw_umem *mem;	/* rbuf, tsgl, slots */
+	struct kw_umem *smem;	/* sbuf: chunks, no kernel mapping */
+	u8 *rbuf, *tsgl, *sslots, *rslots;	/* in mem */
 	u32 rbuf_size, sbuf_size;
-	u32 rbuf_key, tsgl_key, lkey;
+	u32 rbuf_key, tsgl_key, lkey, sbuf_key;
 	struct kw_mr *rbuf_mr;	/* referenced: its remote-write window */
-	struct kw_mr *smr;	/* referenced: lkey's, tx_guarded */
+	struct kw_mr *smr;	/* referenced: sbuf_key's, tx_guarded */
 	u64 sb_replaced;	/* sbuf pages replaced (es_sbuf_claim) */
 	u64 sbuf_to, sslots_to, rslots_to;
 	struct kw_rs rs;
@@ -455,7 +458,7 @@ static void es_post_write_key(struct kw_es *es, u32 lkey, u64 src_to,
 	es_sq_commit(es);
 }
 
-/* ... from our own memory (sbuf, a slot) */
+/* ... from a slot */
 static void es_post_write(struct kw_es *es, u64 src_to, u32 len,
 			  const struct kw_rs_sge *dst, u64 wr_id)
 {
@@ -927,41 +930,57 @@ static bool es_lock_brief(struct kw_es *es)
  * tx_guarded), and an skb may hold a page of it long after the WR that
  * sent the page's bytes completed: a receiver on this host that has not
  * read them yet, the retransmit queue. Those bytes are never rewritten.
- * Bytes go into sbuf in ring order, so a page's first byte is written
- * before any other in each lap: if anybody but us holds the page then, an
- * skb of an earlier lap does, and the page is replaced by a fresh one
- * (the skb keeps the old one until it lets go). Once its first byte is
- * written, skbs can only hold bytes of this lap. A replacement needs the
- * whole page free: while its end is still in flight (posted, perhaps not
- * yet in TCP) the bytes before it wait for that to complete.
  *
- * A count of 1 is exact for "nobody else": every skb holding the page took
- * a reference (tcp_sendpage, skb_splice_from_iter) before its WR completed,
- * which we saw. A transient reference of somebody else only costs a page.
+ * sbuf is made of compound chunks (ES_SBUF_CHUNK), each counted as one
+ * (an skb's reference to any page of it counts on the head), and is
+ * filled in ring order. A chunk is claimed before its first byte is
+ * written in each lap, and only when all of it is free: every WR of the
+ * last lap that used it completed, and a WR completes only after TCP took
+ * its page references. A count of 1 then means nobody but us holds any
+ * byte of it, and it is written in place; otherwise an skb of an earlier
+ * lap does, and the chunk is replaced by a fresh one (the skb keeps the
+ * old one until it lets go). From its claim to the next lap only this
+ * lap's WRs use it. A transient reference of somebody else only costs a
+ * chunk. Compound also keeps a receiver on this host from mapping the
+ * pages it got into its address space (TCP_ZEROCOPY_RECEIVE takes order-0
+ * pages only) and holding them beyond what TCP charges for.
  *
  * Returns how many of the n bytes from off on may be written now, 0 if
- * none yet (a completion will come), or -ENOMEM.
+ * none yet (a completion will come: less than a chunk is free, so WRs are
+ * in flight), or -ENOMEM.
  */
 static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
 {
-	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail), p;
+	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail), c;
 
 	lockdep_assert_held(&es->lock);
-	for (p = round_up(off, PAGE_SIZE); p < off + n; p += PAGE_SIZE) {
-		unsigned long i = p >> PAGE_SHIFT;
-		struct page *old = kw_umem_page(es->smem, i), *page;
+	for (c = round_up(off, ES_SBUF_CHUNK); c < off + n;
+	     c += ES_SBUF_CHUNK) {
+		unsigned long i = c >> PAGE_SHIFT;
+		struct page *head, *old;
 
-		if (page_ref_count(old) == 1)
+		if (c + ES_SBUF_CHUNK - off > free)
+			return c - off;	/* a WR of the last lap uses it */
+		if (page_ref_count(kw_umem_page(es->smem, i)) == 1)
 			continue;
-		if (p + PAGE_SIZE - off > free)
-			return p - off;	/* its end is still in flight */
-		page = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
-		if (!page)
-			return p - off ? p - off : -ENOMEM;
-		/* no WR uses page i: all of it is free */
-		kw_mr_replace_page(es->smr, i, page);
-		put_page(kw_umem_replace_page(es->smem, i, page));
-		es->sb_replaced++;
+		head = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_COMP,
+				   ES_SBUF_ORDER);
+		if (!head)
+			return c - off ? c - off : -ENOMEM;
+		/* (neither fails: the MR covers smem, i is a chunk of it) */
+		old = kw_umem_replace_chunk(es->smem, i, head);
+		if (!old) {
+			put_page(head);
+			return c - off ? c - off : -EINVAL;
+		}
+		if (kw_mr_replace_pages(es->smr, i, head,
+					1UL << ES_SBUF_ORDER)) {
+			kw_umem_replace_chunk(es->smem, i, old);
+			put_page(head);
+			return c - off ? c - off : -EINVAL;
+		}
+		put_page(old);
+		es->sb_replaced += 1U << ES_SBUF_ORDER;
 	}
 	return n;
 }
@@ -972,9 +991,8 @@ static bool es_sbuf_writable(struct kw_es *es)
 	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail);
 
 	lockdep_assert_held(&es->lock);
-	return free && (!PAGE_ALIGNED(es->sb_off) || free >= PAGE_SIZE ||
-			page_ref_count(kw_umem_page(es->smem,
-					es->sb_off >> PAGE_SHIFT)) == 1);
+	return free && (!IS_ALIGNED(es->sb_off, ES_SBUF_CHUNK) ||
+			free >= ES_SBUF_CHUNK);
 }
 
 /* Copy n bytes into sbuf at off (claimed), page by page: it has no kernel
@@ -1221,11 +1239,13 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			if (ret)
 				break;
 			if (iow) {
-				es_post_write(es, es->sbuf_to + off, n, &dst,
-					      ES_WR_DATA | n);
+				es_post_write_key(es, es->sbuf_key,
+						  es->sbuf_to + off, n, &dst,
+						  ES_WR_DATA | n);
 				es->iow_bytes += n;
 			} else {
-				es_post_write(es, es->sbuf_to + off, n, &dst, 0);
+				es_post_write_key(es, es->sbuf_key,
+						  es->sbuf_to + off, n, &dst, 0);
 				es_post_msg(es, kw_rs_tx_sent(&es->rs, n),
 					    ES_WR_DATA | n);
 				es->tx_bytes += n;
@@ -1534,22 +1554,23 @@ static void es_teardown(struct kw_es *es)
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
- * before the switch, else the default, in pages. */
+ * before the switch, else the default; whole pages, sbuf whole chunks. */
 static u32 es_buf_size(const struct sock *sk, bool rcv)
 {
 	u32 v = ES_BUF_DEFAULT;
 
 	if (sk->sk_userlocks & (rcv ? SOCK_RCVBUF_LOCK : SOCK_SNDBUF_LOCK))
 		v = rcv ? READ_ONCE(sk->sk_rcvbuf) : READ_ONCE(sk->sk_sndbuf);
-	return PAGE_ALIGN(clamp_t(u32, v, ES_BUF_MIN, ES_BUF_MAX));
+	v = clamp_t(u32, v, ES_BUF_MIN, ES_BUF_MAX);
+	return rcv ? PAGE_ALIGN(v) : round_up(v, ES_SBUF_CHUNK);
 }
 
 /*
- * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table), and
- * apart, without a kernel mapping, sbuf | slots (1 page: the send WRs'
- * 32-byte slots, then the receive WRs' 4-byte ones). Three MRs: rbuf and
- * tsgl, which the peer writes, and sbuf with the slots, which only we use
- * (tx_guarded: see es_sbuf_claim()).
+ * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table) |
+ * slots (1 page: the send WRs' 32-byte slots, then the receive WRs' 4-byte
+ * ones), and apart, in compound chunks without a kernel mapping, sbuf.
+ * Four MRs: rbuf and tsgl, which the peer writes, and the slots and sbuf,
+ * which only we use (sbuf's is tx_guarded: see es_sbuf_claim()).
  */
 static int es_alloc(struct kw_es *es)
 {
@@ -1562,7 +1583,6 @@ static int es_alloc(struct kw_es *es)
 	struct kiwarp_reg_mr mr = {};
 	unsigned long rb_pages, sb_pages;
 	struct kw_rs_cfg cfg = { .rq_size = ES_RQ_CREDITS };
-	struct page *slots;
 	void *base;
 	int ret, i;
 
@@ -1584,15 +1604,15 @@ static int es_alloc(struct kw_es *es)
 		return ret;
 	}
 	es->ctx->one_qp = true;		/* no path hints to share */
-	es->mem = kw_umem_alloc(es->ctx->mm, (rb_pages + 1) << PAGE_SHIFT,
+	es->mem = kw_umem_alloc(es->ctx->mm, (rb_pages + 2) << PAGE_SHIFT,
 				&base);
 	if (IS_ERR(es->mem)) {
 		ret = PTR_ERR(es->mem);
 		es->mem = NULL;
 		return ret;
 	}
-	es->smem = kw_umem_alloc(es->ctx->mm, (sb_pages + 1) << PAGE_SHIFT,
-				 NULL);
+	es->smem = kw_umem_alloc_chunks(es->ctx->mm, es->sbuf_size,
+					ES_SBUF_ORDER);
 	if (IS_ERR(es->smem)) {
 		ret = PTR_ERR(es->smem);
 		es->smem = NULL;
@@ -1608,8 +1628,7 @@ static int es_alloc(struct kw_es *es)
 	es->rbuf = base;
 	es->tsgl = es->rbuf + es->rbuf_size;
 	es->iomap_tbl = es->tsgl + KW_RS_SGL_SIZE * KW_RS_SGE_LEN;
-	slots = kw_umem_page(es->smem, sb_pages);	/* never replaced */
-	es->sslots = page_address(slots);
+	es->sslots = es->tsgl + PAGE_SIZE;
 	es->rslots = es->sslots + ES_SQ_ENTRIES * ES_SLOT_LEN;
 
 	ret = kw_pd_alloc(es->ctx, &pd);
@@ -1631,18 +1650,22 @@ static int es_alloc(struct kw_es *es)
 		return ret;
 	es->tsgl_key = mr.stag;
 	mr.access = KIWARP_ACCESS_LOCAL_WRITE;
-	ret = kw_mr_reg_kernel(es->ctx, es->smem, 0, sb_pages + 1, ES_TO_BASE,
+	ret = kw_mr_reg_kernel(es->ctx, es->mem, rb_pages + 1, 1, ES_TO_BASE,
 			       &mr);
 	if (ret)
 		return ret;
 	es->lkey = mr.stag;
+	es->sslots_to = ES_TO_BASE;
+	es->rslots_to = es->sslots_to + ES_SQ_ENTRIES * ES_SLOT_LEN;
+	ret = kw_mr_reg_kernel(es->ctx, es->smem, 0, sb_pages, ES_TO_BASE, &mr);
+	if (ret)
+		return ret;
+	es->sbuf_key = mr.stag;
+	es->sbuf_to = ES_TO_BASE;
 	es->smr = kw_mr_get(mr.stag);
 	if (!es->smr)
 		return -EINVAL;
 	es->smr->tx_guarded = true;	/* before any WR uses it */
-	es->sbuf_to = ES_TO_BASE;
-	es->sslots_to = ES_TO_BASE + es->sbuf_size;
-	es->rslots_to = es->sslots_to + ES_SQ_ENTRIES * ES_SLOT_LEN;
 
 	ret = kw_cq_create(es->ctx, &cq);
 	if (ret)

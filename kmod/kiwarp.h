@@ -147,9 +147,9 @@ struct kw_mr {
 	 * A kernel MR whose owner never rewrites a byte of it that an skb
 	 * may still hold (es.c's send buffer): Sends and Writes from it
 	 * above copy_max go to TCP by page reference and complete once TCP
-	 * has them (tx.c, tx_byref). The owner replaces a page that is
-	 * still held instead of writing into it (kw_mr_replace_page), only
-	 * while no WR uses the page. Set before the MR's first use.
+	 * has them (tx.c, tx_byref). The owner replaces pages that are
+	 * still held instead of writing into them (kw_mr_replace_pages),
+	 * only while no WR uses them. Set before the MR's first use.
 	 */
 	bool tx_guarded;
 };
@@ -244,9 +244,10 @@ void kw_mr_copy_from(struct kw_mr *mr, u64 off, void *dst, size_t len);
 /* Page and in-page offset holding byte off; *avail = bytes to page end. */
 struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 			unsigned int *avail);
-/* The owner of a tx_guarded kernel MR replaces page idx (see kw_mr). */
-void kw_mr_replace_page(struct kw_mr *mr, unsigned long idx,
-			struct page *page);
+/* The owner of a tx_guarded kernel MR replaces its pages [idx, idx + n)
+ * by n consecutive ones from first (see kw_mr); -EINVAL if out of it. */
+int kw_mr_replace_pages(struct kw_mr *mr, unsigned long idx,
+			struct page *first, unsigned long n);
 /*
  * Invalidate stag (local LOCAL_INV, or remote Send with Invalidate) and wait
  * for accesses in progress; bottom halves disabled. Fails with -ENOENT
@@ -275,18 +276,16 @@ void kw_mem_exit(void);
 
 /* ---- umem.c */
 struct kw_umem;
-/*
- * Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure.
- * vaddr NULL: no kernel mapping (and never mapped to user space), so that
- * the owner may replace its pages (kw_umem_replace_page).
- */
+/* Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure. */
 struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr);
+struct kw_umem *kw_umem_alloc_chunks(struct mm_struct *mm, size_t size,
+				     unsigned int order);
 void kw_umem_put(struct kw_umem *u);	/* NULL is fine; process context */
 void kw_umem_get(struct kw_umem *u);
 unsigned long kw_umem_npages(const struct kw_umem *u);
 struct page *kw_umem_page(const struct kw_umem *u, unsigned long i);
-struct page *kw_umem_replace_page(struct kw_umem *u, unsigned long i,
-				  struct page *page);
+struct page *kw_umem_replace_chunk(struct kw_umem *u, unsigned long i,
+				   struct page *head);
 int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma);
 
 /* ---- cq.c */

@@ -743,15 +743,20 @@ struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 }
 
 /*
- * The send buffer's owner (es.c) replaces a page that an skb still holds,
- * while no WR uses it: transmits of other WRs read other slots meanwhile.
+ * The send buffer's owner (es.c) replaces pages that an skb still holds,
+ * while no WR uses them: transmits of other WRs read other slots meanwhile.
  */
-void kw_mr_replace_page(struct kw_mr *mr, unsigned long idx,
-			struct page *page)
+int kw_mr_replace_pages(struct kw_mr *mr, unsigned long idx,
+			struct page *first, unsigned long n)
 {
-	if (WARN_ON_ONCE(!mr->tx_guarded || !mr->umem || idx >= mr->npages))
-		return;
-	WRITE_ONCE(mr->pages[idx], page);
+	unsigned long j;
+
+	if (WARN_ON_ONCE(!mr->tx_guarded || !mr->umem || idx >= mr->npages ||
+			 n > mr->npages - idx))
+		return -EINVAL;
+	for (j = 0; j < n; j++)
+		WRITE_ONCE(mr->pages[idx + j], first + j);
+	return 0;
 }
 
 int kw_mr_invalidate(u32 stag, u32 pd_id)

@@ -1188,7 +1188,6 @@ static void msg_untagged(struct kw_qp *qp, u32 qn)
 	qp->tx_msg.msn = ++qp->tx_msn[qn];
 }
 
-/* Take source MR references for the payload of an SQ WR. */
 /* Whether every SGE of the message is in a tx_guarded MR (kw_mr). */
 static bool tx_sges_guarded(const struct kw_qp *qp)
 {
@@ -1200,6 +1199,7 @@ static bool tx_sges_guarded(const struct kw_qp *qp)
 	return qp->tx_nsge;
 }
 
+/* Take source MR references for the payload of an SQ WR. */
 static void tx_hold_sges(struct kw_qp *qp, const struct kw_wr *wr)
 {
 	u32 i, n = 0;

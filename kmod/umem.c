@@ -15,11 +15,11 @@
  * the last munmap. The last put runs in process context (vunmap sleeps).
  *
  * Extended sockets (es.c) keep their buffers in such memory too. Their
- * send buffer has no mapping at all (kw_umem_alloc without vaddr): TCP
- * takes its pages by reference, and es.c replaces one that an skb still
- * holds rather than rewrite it (kw_umem_replace_page). The page count
- * and its memlock charge stay the same; each page's memcg charge goes
- * with the page, whoever frees it last.
+ * send buffer has no mapping at all (kw_umem_alloc_chunks): TCP takes its
+ * pages by reference, and es.c replaces a chunk that an skb still holds
+ * rather than rewrite it (kw_umem_replace_chunk). The page count and its
+ * memlock charge stay the same; each chunk's memcg charge goes with the
+ * chunk, whoever frees it last.
  */
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
@@ -33,6 +33,7 @@ struct kw_umem {
 	void *vaddr;		/* vmap() of pages */
 	struct page **pages;
 	unsigned long npages;
+	unsigned int order;	/* > 0: compound chunks (kw_umem_alloc_chunks) */
 	struct mm_struct *mm;	/* mmgrab'ed; npages charged to pinned_vm */
 };
 
@@ -40,6 +41,17 @@ static void umem_free_pages(struct page **pages, unsigned long n)
 {
 	while (n--)
 		__free_page(pages[n]);
+	kvfree(pages);
+}
+
+/* Our reference to each chunk: an skb may hold one still, and frees it. */
+static void umem_free_chunks(struct page **pages, unsigned long n,
+			     unsigned int order)
+{
+	unsigned long i;
+
+	for (i = 0; i < n; i += 1UL << order)
+		put_page(pages[i]);
 	kvfree(pages);
 }
 
@@ -64,12 +76,10 @@ struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
 		if (!u->pages[i])
 			goto err_pages;
 	}
-	if (vaddr) {
-		u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
-		if (!u->vaddr)
-			goto err_pages;
-		*vaddr = u->vaddr;
-	}
+	u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
+	if (!u->vaddr)
+		goto err_pages;
+	*vaddr = u->vaddr;
 	u->npages = npages;
 	u->mm = mm;
 	mmgrab(mm);
@@ -85,6 +95,59 @@ err_free:
 	return ERR_PTR(ret);
 }
 
+/*
+ * size bytes (a multiple of the chunk) in zeroed compound chunks of
+ * 2^order pages, charged as kw_umem_alloc's, with no kernel mapping and
+ * never mapped to user space: the owner may replace a chunk
+ * (kw_umem_replace_chunk). Compound, so that a receiver on this host
+ * cannot map a page it got in an skb into its address space
+ * (TCP_ZEROCOPY_RECEIVE takes only order-0 pages) and keep it.
+ */
+struct kw_umem *kw_umem_alloc_chunks(struct mm_struct *mm, size_t size,
+				     unsigned int order)
+{
+	unsigned long i, j, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
+	struct kw_umem *u;
+	int ret;
+
+	if (!order || !npages || npages & ((1UL << order) - 1))
+		return ERR_PTR(-EINVAL);
+	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
+	if (!u)
+		return ERR_PTR(-ENOMEM);
+	ret = kw_account_pinned(mm, npages);
+	if (ret)
+		goto err_free;
+	ret = -ENOMEM;
+	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL_ACCOUNT);
+	if (!u->pages)
+		goto err_unaccount;
+	for (i = 0; i < npages; i += 1UL << order) {
+		struct page *head = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO |
+						__GFP_COMP, order);
+
+		if (!head)
+			goto err_pages;
+		/* a compound page's struct pages are consecutive */
+		for (j = 0; j < 1UL << order; j++)
+			u->pages[i + j] = head + j;
+	}
+	u->npages = npages;
+	u->order = order;
+	u->mm = mm;
+	mmgrab(mm);
+	refcount_set(&u->ref, 1);
+	return u;
+
+err_pages:
+	umem_free_chunks(u->pages, i, order);
+err_unaccount:
+	kw_unaccount_pinned(mm, npages);
+err_free:
+	kfree(u);
+	return ERR_PTR(ret);
+}
+
 void kw_umem_put(struct kw_umem *u)
 {
 	might_sleep();
@@ -92,7 +155,10 @@ void kw_umem_put(struct kw_umem *u)
 		return;
 	if (u->vaddr)
 		vunmap(u->vaddr);
-	umem_free_pages(u->pages, u->npages);
+	if (u->order)
+		umem_free_chunks(u->pages, u->npages, u->order);
+	else
+		umem_free_pages(u->pages, u->npages);
 	kw_unaccount_pinned(u->mm, u->npages);
 	mmdrop(u->mm);
 	kfree(u);
@@ -114,17 +180,23 @@ struct page *kw_umem_page(const struct kw_umem *u, unsigned long i)
 }
 
 /*
- * Put page in slot i of u, which has no kernel mapping (nothing else maps
- * its pages), and return the page it replaces: the caller owns that
- * reference now. Under the owner's lock (es.c: es->lock).
+ * Put the chunk head (of u's order) in place of the one at page i of u
+ * (kw_umem_alloc_chunks) and return the head it replaces: the caller owns
+ * that reference now. NULL, nothing replaced, if i is not a chunk of u.
+ * Under the owner's lock (es.c: es->lock).
  */
-struct page *kw_umem_replace_page(struct kw_umem *u, unsigned long i,
-				  struct page *page)
+struct page *kw_umem_replace_chunk(struct kw_umem *u, unsigned long i,
+				   struct page *head)
 {
-	struct page *old = u->pages[i];
+	struct page *old;
+	unsigned long j;
 
-	WARN_ON_ONCE(u->vaddr || i >= u->npages);
-	u->pages[i] = page;
+	if (WARN_ON_ONCE(!u->order || i >= u->npages ||
+			 i & ((1UL << u->order) - 1)))
+		return NULL;
+	old = u->pages[i];
+	for (j = 0; j < 1UL << u->order; j++)
+		u->pages[i + j] = head + j;
 	return old;
 }
 
