@@ -1566,6 +1566,23 @@ static u32 es_buf_size(const struct sock *sk, bool rcv)
 }
 
 /*
+ * Whether the connection's route leaves through a loopback device. Only
+ * there does the send buffer go by page reference (es_alloc()): the
+ * receive softirq runs on the sending CPU, which the saved copy relieves.
+ * Through veth the receiving host walks the by-reference skbs' extra
+ * fragments (header, payload page, trailer per FPDU) and GRO merges
+ * fewer segments, which cost more than the copy did (performance.md).
+ */
+static bool es_route_loopback(struct sock *sk)
+{
+	struct dst_entry *dst = sk_dst_get(sk);
+	bool lo = dst && dst->dev && (dst->dev->flags & IFF_LOOPBACK);
+
+	dst_release(dst);
+	return lo;
+}
+
+/*
  * Memory: rbuf | tsgl (1 page: the target SGL, then our iomap table) |
  * slots (1 page: the send WRs' 32-byte slots, then the receive WRs' 4-byte
  * ones), and apart, in compound chunks without a kernel mapping, sbuf.
@@ -1665,7 +1682,8 @@ static int es_alloc(struct kw_es *es)
 	es->smr = kw_mr_get(mr.stag);
 	if (!es->smr)
 		return -EINVAL;
-	es->smr->tx_guarded = true;	/* before any WR uses it */
+	/* before any WR uses it */
+	es->smr->tx_guarded = es_route_loopback(es->sk);
 
 	ret = kw_cq_create(es->ctx, &cq);
 	if (ret)
