@@ -21,13 +21,14 @@
  *
  * Data path: write() copies into the send buffer and posts an RDMA Write
  * into the buffer the peer advertised, followed by a 4-byte Send with the
- * DATA message. TCP takes the send buffer's pages by reference (tx.c,
- * kw_mr.tx_guarded), so a page may still be held by an skb when its
- * bytes come round again: es_sbuf_claim() then gives the buffer a fresh
- * chunk instead of rewriting it. read() copies out of the receive buffer, into which the
- * peer's Writes were placed by the receive softirq. A zero-copy receive
- * (IWARP_RECV_ZC, struct es_zr) advertises an application's buffer
- * instead, for the stream bytes past those already due through rbuf. Completions are taken
+ * DATA message. On a loopback route TCP takes the send buffer's pages by
+ * reference (tx.c, kw_mr.tx_guarded), so a page may still be held by an
+ * skb when its bytes come round again: es_sbuf_claim() then gives the
+ * buffer a fresh chunk instead of rewriting it. read() copies out of the
+ * receive buffer, into which the peer's Writes were placed by the receive
+ * softirq. A zero-copy receive (IWARP_RECV_ZC, struct es_zr) advertises an
+ * application's buffer instead, for the stream bytes past those already
+ * due through rbuf. Completions are taken
  * from the CQ by whichever call holds es->lock (there is no thread of our
  * own); the CQ's notify callback only wakes the socket's waiters.
  *
@@ -86,8 +87,9 @@ enum kw_es_state {
 #define ES_BUF_DEFAULT		(128 * 1024)
 #define ES_BUF_MIN		(16 * 1024)
 #define ES_BUF_MAX		(4 * 1024 * 1024)
-/* sbuf: compound chunks of 2^ES_SBUF_ORDER pages (es_sbuf_claim()) */
-#define ES_SBUF_ORDER		2
+/* sbuf: compound chunks of 2^ES_SBUF_ORDER pages (es_sbuf_claim()), 16 KiB
+ * on 4 KiB pages; compound needs order 1 at least */
+#define ES_SBUF_ORDER		(PAGE_SHIFT < 14 ? 14 - PAGE_SHIFT : 1)
 #define ES_SBUF_CHUNK		(PAGE_SIZE << ES_SBUF_ORDER)
 #define ES_TO_BASE		0x10000ULL	/* TOs of our MRs: never a
 						 * kernel address */
@@ -961,10 +963,16 @@ static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
 
 		if (c + ES_SBUF_CHUNK - off > free)
 			return c - off;	/* a WR of the last lap uses it */
-		if (page_ref_count(kw_umem_page(es->smem, i)) == 1)
+		/*
+		 * Not guarded (not a loopback route): a WR that went by
+		 * reference completed when its ubuf was let go, which the
+		 * last skb does just before it drops its page references.
+		 */
+		if (!es->smr->tx_guarded ||
+		    page_ref_count(kw_umem_page(es->smem, i)) == 1)
 			continue;
-		head = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_COMP,
-				   ES_SBUF_ORDER);
+		head = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_COMP |
+				   __GFP_NOWARN, ES_SBUF_ORDER);
 		if (!head)
 			return c - off ? c - off : -ENOMEM;
 		/* (neither fails: the MR covers smem, i is a chunk of it) */
@@ -1554,7 +1562,8 @@ static void es_teardown(struct kw_es *es)
 }
 
 /* Our buffer sizes: what the application set with SO_RCVBUF/SO_SNDBUF
- * before the switch, else the default; whole pages, sbuf whole chunks. */
+ * before the switch, else the default; whole pages, sbuf two whole chunks
+ * at least. */
 static u32 es_buf_size(const struct sock *sk, bool rcv)
 {
 	u32 v = ES_BUF_DEFAULT;
@@ -1562,7 +1571,10 @@ static u32 es_buf_size(const struct sock *sk, bool rcv)
 	if (sk->sk_userlocks & (rcv ? SOCK_RCVBUF_LOCK : SOCK_SNDBUF_LOCK))
 		v = rcv ? READ_ONCE(sk->sk_rcvbuf) : READ_ONCE(sk->sk_sndbuf);
 	v = clamp_t(u32, v, ES_BUF_MIN, ES_BUF_MAX);
-	return rcv ? PAGE_ALIGN(v) : round_up(v, ES_SBUF_CHUNK);
+	if (rcv)
+		return PAGE_ALIGN(v);
+	/* two chunks at least: one fills while the other's WRs complete */
+	return max_t(u32, round_up(v, ES_SBUF_CHUNK), 2 * ES_SBUF_CHUNK);
 }
 
 /*

@@ -739,7 +739,7 @@ struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 
 	mr_locate(mr, off, &idx, pg_off);
 	*avail = PAGE_SIZE - *pg_off;
-	return READ_ONCE(mr->pages[idx]);	/* kw_mr_replace_page() */
+	return READ_ONCE(mr->pages[idx]);	/* kw_mr_replace_pages() */
 }
 
 /*

@@ -33,20 +33,14 @@ struct kw_umem {
 	void *vaddr;		/* vmap() of pages */
 	struct page **pages;
 	unsigned long npages;
-	unsigned int order;	/* > 0: compound chunks (kw_umem_alloc_chunks) */
+	unsigned int order;	/* of its chunks; > 0: kw_umem_alloc_chunks */
 	struct mm_struct *mm;	/* mmgrab'ed; npages charged to pinned_vm */
 };
 
-static void umem_free_pages(struct page **pages, unsigned long n)
-{
-	while (n--)
-		__free_page(pages[n]);
-	kvfree(pages);
-}
-
-/* Our reference to each chunk: an skb may hold one still, and frees it. */
-static void umem_free_chunks(struct page **pages, unsigned long n,
-			     unsigned int order)
+/* Our reference to each chunk (a page, at order 0): an skb may hold one
+ * of an extended socket's send buffer still, and frees it. */
+static void umem_free_pages(struct page **pages, unsigned long n,
+			    unsigned int order)
 {
 	unsigned long i;
 
@@ -55,12 +49,18 @@ static void umem_free_chunks(struct page **pages, unsigned long n,
 	kvfree(pages);
 }
 
-struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
+/* size bytes in zeroed chunks of 2^order pages (compound if order > 0),
+ * mapped into the kernel if map */
+static struct kw_umem *umem_alloc(struct mm_struct *mm, size_t size,
+				  unsigned int order, bool map)
 {
-	unsigned long i, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
+	unsigned long i, j, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
+	gfp_t gfp = GFP_KERNEL_ACCOUNT | __GFP_ZERO | (order ? __GFP_COMP : 0);
 	struct kw_umem *u;
 	int ret;
 
+	if (!npages || npages & ((1UL << order) - 1))
+		return ERR_PTR(-EINVAL);
 	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
 	if (!u)
 		return ERR_PTR(-ENOMEM);
@@ -71,28 +71,43 @@ struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
 	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL_ACCOUNT);
 	if (!u->pages)
 		goto err_unaccount;
-	for (i = 0; i < npages; i++) {
-		u->pages[i] = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
-		if (!u->pages[i])
+	for (i = 0; i < npages; i += 1UL << order) {
+		struct page *head = alloc_pages(gfp, order);
+
+		if (!head)
+			goto err_pages;
+		/* a compound page's struct pages are consecutive */
+		for (j = 0; j < 1UL << order; j++)
+			u->pages[i + j] = head + j;
+	}
+	if (map) {
+		u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
+		if (!u->vaddr)
 			goto err_pages;
 	}
-	u->vaddr = vmap(u->pages, npages, VM_MAP, PAGE_KERNEL);
-	if (!u->vaddr)
-		goto err_pages;
-	*vaddr = u->vaddr;
 	u->npages = npages;
+	u->order = order;
 	u->mm = mm;
 	mmgrab(mm);
 	refcount_set(&u->ref, 1);
 	return u;
 
 err_pages:
-	umem_free_pages(u->pages, i);
+	umem_free_pages(u->pages, i, order);
 err_unaccount:
 	kw_unaccount_pinned(mm, npages);
 err_free:
 	kfree(u);
 	return ERR_PTR(ret);
+}
+
+struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
+{
+	struct kw_umem *u = umem_alloc(mm, size, 0, true);
+
+	if (!IS_ERR(u))
+		*vaddr = u->vaddr;
+	return u;
 }
 
 /*
@@ -106,46 +121,9 @@ err_free:
 struct kw_umem *kw_umem_alloc_chunks(struct mm_struct *mm, size_t size,
 				     unsigned int order)
 {
-	unsigned long i, j, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
-	struct kw_umem *u;
-	int ret;
-
-	if (!order || !npages || npages & ((1UL << order) - 1))
+	if (!order)
 		return ERR_PTR(-EINVAL);
-	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
-	if (!u)
-		return ERR_PTR(-ENOMEM);
-	ret = kw_account_pinned(mm, npages);
-	if (ret)
-		goto err_free;
-	ret = -ENOMEM;
-	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL_ACCOUNT);
-	if (!u->pages)
-		goto err_unaccount;
-	for (i = 0; i < npages; i += 1UL << order) {
-		struct page *head = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO |
-						__GFP_COMP, order);
-
-		if (!head)
-			goto err_pages;
-		/* a compound page's struct pages are consecutive */
-		for (j = 0; j < 1UL << order; j++)
-			u->pages[i + j] = head + j;
-	}
-	u->npages = npages;
-	u->order = order;
-	u->mm = mm;
-	mmgrab(mm);
-	refcount_set(&u->ref, 1);
-	return u;
-
-err_pages:
-	umem_free_chunks(u->pages, i, order);
-err_unaccount:
-	kw_unaccount_pinned(mm, npages);
-err_free:
-	kfree(u);
-	return ERR_PTR(ret);
+	return umem_alloc(mm, size, order, false);
 }
 
 void kw_umem_put(struct kw_umem *u)
@@ -155,10 +133,7 @@ void kw_umem_put(struct kw_umem *u)
 		return;
 	if (u->vaddr)
 		vunmap(u->vaddr);
-	if (u->order)
-		umem_free_chunks(u->pages, u->npages, u->order);
-	else
-		umem_free_pages(u->pages, u->npages);
+	umem_free_pages(u->pages, u->npages, u->order);
 	kw_unaccount_pinned(u->mm, u->npages);
 	mmdrop(u->mm);
 	kfree(u);
