@@ -1278,7 +1278,7 @@ static void *held_write(void *arg)
 		}
 		if (len > w->total - w->sent)
 			len = w->total - w->sent;
-		n = send(w->fd, w->src + w->sent, len, 0);
+		n = send(w->fd, w->src + w->sent, len, MSG_NOSIGNAL);
 		if (n <= 0) {
 			w->err = n ? errno : EPIPE;
 			break;
