@@ -927,6 +927,12 @@ static bool es_lock_brief(struct kw_es *es)
 
 /* ---------------------------------------------------------------- send */
 
+/* sbuf bytes free: neither written nor awaiting their WR's completion */
+static u32 es_sbuf_free(const struct kw_es *es)
+{
+	return es->sbuf_size - (es->sb_head - es->sb_tail);
+}
+
 /*
  * The send buffer goes to TCP by page reference (tx.c: its MR is
  * tx_guarded), and an skb may hold a page of it long after the WR that
@@ -953,7 +959,7 @@ static bool es_lock_brief(struct kw_es *es)
  */
 static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
 {
-	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail), c;
+	u32 free = es_sbuf_free(es), c;
 
 	lockdep_assert_held(&es->lock);
 	for (c = round_up(off, ES_SBUF_CHUNK); c < off + n;
@@ -975,19 +981,11 @@ static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
 				   __GFP_NOWARN, ES_SBUF_ORDER);
 		if (!head)
 			return c - off ? c - off : -ENOMEM;
-		/* (neither fails: the MR covers smem, i is a chunk of it) */
-		old = kw_umem_replace_chunk(es->smem, i, head);
-		if (!old) {
-			put_page(head);
+		/* (never NULL: the MR covers smem, i is a chunk of it) */
+		old = kw_mr_replace_chunk(es->smr, i, head);
+		put_page(old ? old : head);
+		if (!old)
 			return c - off ? c - off : -EINVAL;
-		}
-		if (kw_mr_replace_pages(es->smr, i, head,
-					1UL << ES_SBUF_ORDER)) {
-			kw_umem_replace_chunk(es->smem, i, old);
-			put_page(head);
-			return c - off ? c - off : -EINVAL;
-		}
-		put_page(old);
 		es->sb_replaced += 1U << ES_SBUF_ORDER;
 	}
 	return n;
@@ -996,7 +994,7 @@ static int es_sbuf_claim(struct kw_es *es, u32 off, u32 n)
 /* Whether es_sbuf_claim() lets at least a byte be written now. */
 static bool es_sbuf_writable(struct kw_es *es)
 {
-	u32 free = es->sbuf_size - (es->sb_head - es->sb_tail);
+	u32 free = es_sbuf_free(es);
 
 	lockdep_assert_held(&es->lock);
 	return free && (!IS_ALIGNED(es->sb_off, ES_SBUF_CHUNK) ||
@@ -1234,8 +1232,7 @@ static int es_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			}
 			zc_copy = true;
 			off = es->sb_off;
-			n = min3(room, es->sbuf_size - (es->sb_head - es->sb_tail),
-				 es->sbuf_size - off);
+			n = min3(room, es_sbuf_free(es), es->sbuf_size - off);
 			n = min_t(size_t, n, len - copied);
 			claim = es_sbuf_claim(es, off, n);
 			if (claim <= 0) {

@@ -148,7 +148,7 @@ struct kw_mr {
 	 * may still hold (es.c's send buffer): Sends and Writes from it
 	 * above copy_max go to TCP by page reference and complete once TCP
 	 * has them (tx.c, tx_byref). The owner replaces pages that are
-	 * still held instead of writing into them (kw_mr_replace_pages),
+	 * still held instead of writing into them (kw_mr_replace_chunk),
 	 * only while no WR uses them. Set before the MR's first use.
 	 */
 	bool tx_guarded;
@@ -244,10 +244,10 @@ void kw_mr_copy_from(struct kw_mr *mr, u64 off, void *dst, size_t len);
 /* Page and in-page offset holding byte off; *avail = bytes to page end. */
 struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 			unsigned int *avail);
-/* The owner of a tx_guarded kernel MR replaces its pages [idx, idx + n)
- * by n consecutive ones from first (see kw_mr); -EINVAL if out of it. */
-int kw_mr_replace_pages(struct kw_mr *mr, unsigned long idx,
-			struct page *first, unsigned long n);
+/* The owner of a tx_guarded kernel MR over chunks replaces the chunk at
+ * page idx by head (see kw_mr); the old head, or NULL if out of it. */
+struct page *kw_mr_replace_chunk(struct kw_mr *mr, unsigned long idx,
+				 struct page *head);
 /*
  * Invalidate stag (local LOCAL_INV, or remote Send with Invalidate) and wait
  * for accesses in progress; bottom halves disabled. Fails with -ENOENT
@@ -286,6 +286,7 @@ unsigned long kw_umem_npages(const struct kw_umem *u);
 struct page *kw_umem_page(const struct kw_umem *u, unsigned long i);
 struct page *kw_umem_replace_chunk(struct kw_umem *u, unsigned long i,
 				   struct page *head);
+unsigned long kw_umem_chunk_pages(const struct kw_umem *u);
 int kw_umem_mmap(struct kw_umem *u, struct vm_area_struct *vma);
 
 /* ---- cq.c */

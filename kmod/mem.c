@@ -739,24 +739,34 @@ struct page *kw_mr_page(struct kw_mr *mr, u64 off, unsigned int *pg_off,
 
 	mr_locate(mr, off, &idx, pg_off);
 	*avail = PAGE_SIZE - *pg_off;
-	return READ_ONCE(mr->pages[idx]);	/* kw_mr_replace_pages() */
+	return READ_ONCE(mr->pages[idx]);	/* kw_mr_replace_chunk() */
 }
 
 /*
- * The send buffer's owner (es.c) replaces pages that an skb still holds,
- * while no WR uses them: transmits of other WRs read other slots meanwhile.
+ * The send buffer's owner (es.c) replaces a chunk that an skb still holds,
+ * while no WR uses it, in the MR's umem and in the MR (whose page idx must
+ * be the umem's: registered from its first page): transmits of other WRs
+ * read other slots meanwhile. Returns the old chunk's head, whose
+ * reference the caller owns now, or NULL with nothing changed.
  */
-int kw_mr_replace_pages(struct kw_mr *mr, unsigned long idx,
-			struct page *first, unsigned long n)
+struct page *kw_mr_replace_chunk(struct kw_mr *mr, unsigned long idx,
+				 struct page *head)
 {
-	unsigned long j;
+	unsigned long j, n;
+	struct page *old;
 
 	if (WARN_ON_ONCE(!mr->tx_guarded || !mr->umem || idx >= mr->npages ||
-			 n > mr->npages - idx))
-		return -EINVAL;
+			 mr->pages[idx] != kw_umem_page(mr->umem, idx)))
+		return NULL;
+	n = kw_umem_chunk_pages(mr->umem);
+	if (WARN_ON_ONCE(n > mr->npages - idx))
+		return NULL;
+	old = kw_umem_replace_chunk(mr->umem, idx, head);
+	if (!old)
+		return NULL;
 	for (j = 0; j < n; j++)
-		WRITE_ONCE(mr->pages[idx + j], first + j);
-	return 0;
+		WRITE_ONCE(mr->pages[idx + j], head + j);
+	return old;
 }
 
 int kw_mr_invalidate(u32 stag, u32 pd_id)

@@ -154,6 +154,12 @@ struct page *kw_umem_page(const struct kw_umem *u, unsigned long i)
 	return u->pages[i];
 }
 
+/* Pages per chunk: 1 unless kw_umem_alloc_chunks. */
+unsigned long kw_umem_chunk_pages(const struct kw_umem *u)
+{
+	return 1UL << u->order;
+}
+
 /*
  * Put the chunk head (of u's order) in place of the one at page i of u
  * (kw_umem_alloc_chunks) and return the head it replaces: the caller owns
