@@ -94,6 +94,8 @@ enum kw_es_state {
 #define ES_TO_BASE		0x10000ULL	/* TOs of our MRs: never a
 						 * kernel address */
 #define ES_CLOSE_TIMEOUT	(5 * HZ)
+/* truesize of the skbs the receive path may hold for read() (rxhold.c) */
+#define ES_HOLD_LIMIT(rbuf)	(2 * (rbuf))
 
 /* wr_id of send WRs: kind in the top byte, bytes of sbuf to free below */
 #define ES_WR_DATA		(1ULL << 56)
@@ -297,6 +299,7 @@ static struct kw_ucount es_bg_users = KW_UCOUNT_INIT(es_bg_users);
  */
 static atomic64_t es_stat_switched, es_stat_failed;
 static atomic64_t es_stat_tx_bytes, es_stat_rx_bytes;
+static atomic64_t es_stat_rx_held, es_stat_rx_settled;	/* rxhold.c */
 
 static const struct proto_ops *es_orig(const struct socket *sock)
 {
@@ -1310,20 +1313,29 @@ static int es_sendmsg_attached(struct socket *sock, struct msghdr *msg,
 
 /* ------------------------------------------------------------- receive */
 
-/* Copy up to n readable bytes, skip bytes in, to the iterator. */
-static int es_copy_out(struct kw_es *es, struct msghdr *msg, u32 skip, u32 n)
+/*
+ * Copy n readable bytes, skip bytes in, to the iterator: from the receive
+ * ring, or from the skbs the receive path holds for it (rxhold.c), which
+ * a reader that consumes (!peek) lets go. Returns the bytes copied, fewer
+ * than n only on a fault.
+ */
+static u32 es_copy_out(struct kw_es *es, struct msghdr *msg, u32 skip, u32 n,
+		       bool peek)
 {
 	u32 size = es->rbuf_size, off = (es->rs.rd_off + skip) % size;
+	u32 done = 0;
 
-	while (n) {
-		u32 k = min(n, size - off);
+	lockdep_assert_held(&es->lock);
+	while (done < n) {
+		u32 k = min(n - done, size - off), got;
 
-		if (copy_to_iter(es->rbuf + off, k, &msg->msg_iter) != k)
-			return -EFAULT;
-		n -= k;
+		got = kw_rxh_read(es->qp, off, k, &msg->msg_iter, !peek);
+		done += got;
+		if (got != k)
+			break;
 		off = (off + k) % size;
 	}
-	return 0;
+	return done;
 }
 
 static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
@@ -1369,15 +1381,17 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		n = min_t(size_t, len - copied,
 			  kw_rs_rx_ready(&es->rs) - (peek ? copied : 0));
 		if (n && !es->rd_shut) {
-			ret = es_copy_out(es, msg, peek ? copied : 0, n);
-			if (!ret) {
-				if (!peek) {
-					kw_rs_rx_consume(&es->rs, n);
-					es_credit(es);
-					es->gen++;
-				}
-				copied += n;
+			u32 got = es_copy_out(es, msg, peek ? copied : 0, n,
+					      peek);
+
+			if (got && !peek) {
+				kw_rs_rx_consume(&es->rs, got);
+				es_credit(es);
+				es->gen++;
 			}
+			copied += got;
+			if (got != n)
+				ret = -EFAULT;
 		} else if (es->state != ES_RUN) {
 			ret = es->err ? -es->err : -ENOTCONN;
 		} else if (es->rd_eof || es->rd_shut) {
@@ -1520,6 +1534,13 @@ static void es_teardown(struct kw_es *es)
 	u32 i;
 
 	lockdep_assert_held(&es->lock);
+	if (es->qp) {
+		u64 held, settled;
+
+		kw_rxh_stats(es->qp, &held, &settled);
+		atomic64_add(held, &es_stat_rx_held);
+		atomic64_add(settled, &es_stat_rx_settled);
+	}
 	if (es->cq) {
 		kw_cq_set_notify(es->cq, NULL, NULL);
 		kw_cq_put(es->cq);
@@ -1719,6 +1740,11 @@ static int es_alloc(struct kw_es *es)
 	if (es->qp->sq.entries != ES_SQ_ENTRIES ||
 	    es->qp->rq.entries != ES_RQ_ENTRIES)
 		return -EINVAL;	/* the slot arithmetic needs them exact */
+	/* read() copies the peer's Writes out of the skbs (rxhold.c) */
+	ret = kw_rxh_enable(es->qp, es->rbuf_mr, es->rbuf, es->rbuf_size,
+			    ES_HOLD_LIMIT(es->rbuf_size));
+	if (ret)
+		return ret;
 
 	cfg.rbuf_size = es->rbuf_size;
 	cfg.rbuf_to = ES_TO_BASE;
@@ -1920,6 +1946,8 @@ static int es_info(struct kw_es *es, struct iwarp_info *info)
 	info->zc_pending = es->zc_tail - es->zc_head;
 	info->zc_rx_bytes = es->zr_bytes;
 	info->sbuf_replaced = es->sb_replaced;
+	if (es->qp)
+		kw_rxh_stats(es->qp, &info->rbuf_held, &info->rbuf_settled);
 	return 0;
 }
 
@@ -2998,12 +3026,16 @@ ES_STAT_ATTR(switched);
 ES_STAT_ATTR(failed);
 ES_STAT_ATTR(tx_bytes);
 ES_STAT_ATTR(rx_bytes);
+ES_STAT_ATTR(rx_held);
+ES_STAT_ATTR(rx_settled);
 
 static struct attribute *es_stat_attrs[] = {
 	&dev_attr_switched.attr,
 	&dev_attr_failed.attr,
 	&dev_attr_tx_bytes.attr,
 	&dev_attr_rx_bytes.attr,
+	&dev_attr_rx_held.attr,
+	&dev_attr_rx_settled.attr,
 	NULL,
 };
 

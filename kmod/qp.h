@@ -87,6 +87,15 @@ struct kw_irq {
 };
 
 struct kw_listener;
+struct kw_rxh;
+
+/* The bytes of an skb rx_feed() hands the parser: data is skb's bytes
+ * [off, off + len), mapped; skb is NULL outside rx_feed(). */
+struct kw_rx_src {
+	struct sk_buff *skb;
+	const u8 *data;
+	u32 off, len;
+};
 
 /*
  * The peer as the transmit's path hints know it (tx.c, kw_path_init()):
@@ -195,6 +204,13 @@ struct kw_qp {
 	 * in between only the receive path (socket lock) touches it.
 	 */
 	struct kw_ooo *ooo;
+	/*
+	 * Held placement (rxhold.c) for one kernel-mapped MR, set up by
+	 * kw_rxh_enable() before the QP connects, freed by kw_rx_release();
+	 * and the bytes rx_feed() is handing the parser (socket lock).
+	 */
+	struct kw_rxh *rxh;
+	struct kw_rx_src rx_src;
 
 	/* transmit path (under tx_mutex) */
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
@@ -333,6 +349,18 @@ int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
 		   struct kw_cm_kparam *kp);
 int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
 		  struct kw_cm_kparam *kp);
+
+/* rxhold.c */
+int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
+		  u32 size, u32 limit);
+bool kw_rxh_holds(const struct kw_qp *qp, const struct kw_mr *mr);
+void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len);
+void kw_rxh_skb_done(struct kw_qp *qp);
+u32 kw_rxh_read(struct kw_qp *qp, u32 off, u32 n, struct iov_iter *to,
+		bool consume);
+void kw_rxh_settle(struct kw_qp *qp);
+void kw_rxh_stats(struct kw_qp *qp, u64 *held, u64 *settled);
+void kw_rxh_free(struct kw_qp *qp);
 
 /* rx.c */
 void kw_rx_data_ready(struct sock *sk);

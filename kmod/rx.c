@@ -400,7 +400,10 @@ static void rx_place(void *ctx, void *cookie, u64 off, const void *src,
 	}
 	/* Tagged placement goes through the narrowed view (see
 	 * rx_lookup_stag); untagged SGE views carry the MR itself. */
-	kw_mr_copy_to(mr, moff, src, len);
+	if (tagged && !o && kw_rxh_holds(qp, mr))
+		kw_rxh_place(qp, moff, src, len);	/* the reader copies */
+	else
+		kw_mr_copy_to(mr, moff, src, len);
 	kw_mr_access_end(mr);
 	qp->rx_bytes += len;
 	spin_unlock_bh(&qp->lock);
@@ -708,9 +711,10 @@ static const struct kw_rx_ops kw_rx_ops = {
 
 /* ------------------------------------------------------------ TCP glue */
 
-/* Hand parser rx the bytes [offset, offset + len) of skb. */
+/* Hand parser rx the bytes [offset, offset + len) of skb; src (if any)
+ * says which bytes the parser has (rxhold.c places from them). */
 static u32 rx_feed(struct kw_rx *rx, struct sk_buff *skb, u32 offset,
-		   u32 len)
+		   u32 len, struct kw_rx_src *src)
 {
 	struct skb_seq_state st;
 	u32 consumed = 0, n;
@@ -721,12 +725,18 @@ static u32 rx_feed(struct kw_rx *rx, struct sk_buff *skb, u32 offset,
 	       (n = skb_seq_read(consumed, &data, &st)) != 0) {
 		/* a chunk may run past offset + len */
 		n = min(n, len - consumed);
+		if (src)
+			*src = (struct kw_rx_src){ .skb = skb, .data = data,
+						   .off = offset + consumed,
+						   .len = n };
 		n = kw_rx_input(rx, data, n) == n ? n : 0;
 		if (!n || kw_rx_failed(rx))
 			break;
 		consumed += n;
 	}
 	skb_abort_seq_read(&st);
+	if (src)
+		src->skb = NULL;
 	return consumed;
 }
 
@@ -1027,7 +1037,7 @@ static bool rx_ooo_fpdu(struct kw_qp *qp, struct sk_buff *skb, u32 off,
 	o->npc = 0;
 	o->wide = false;
 	o->ok = o->refused = false;
-	ok = rx_feed(&o->rx, skb, off, wl) == wl && !kw_rx_failed(&o->rx) &&
+	ok = rx_feed(&o->rx, skb, off, wl, NULL) == wl && !kw_rx_failed(&o->rx) &&
 	     o->rx.fpdus == 1 && o->ok && !o->refused &&
 	     o->rx.fpdu_pos == lpos;
 	rx_holder_put(&o->mr);
@@ -1155,8 +1165,8 @@ struct rx_desc {
 	struct sock *sk;
 };
 
-static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
-		    unsigned int offset, size_t len)
+static int rx_actor_feed(read_descriptor_t *desc, struct sk_buff *skb,
+			 unsigned int offset, size_t len)
 {
 	const struct rx_desc *d = desc->arg.data;
 	struct kw_qp *qp = d->qp;
@@ -1198,7 +1208,7 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 			}
 			n = min(n, qp->rx_verified);
 		}
-		if (rx_feed(&qp->rx, skb, offset + done, n) < n ||
+		if (rx_feed(&qp->rx, skb, offset + done, n, &qp->rx_src) < n ||
 		    kw_rx_failed(&qp->rx)) {
 			rx_fail(qp);
 			return len;
@@ -1208,6 +1218,16 @@ static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
 		done += n;
 	}
 	return len;
+}
+
+static int rx_actor(read_descriptor_t *desc, struct sk_buff *skb,
+		    unsigned int offset, size_t len)
+{
+	const struct rx_desc *d = desc->arg.data;
+	int ret = rx_actor_feed(desc, skb, offset, len);
+
+	kw_rxh_skb_done(d->qp);		/* before TCP frees the skb */
+	return ret;
 }
 
 /*
@@ -1278,6 +1298,7 @@ void kw_rx_setup(struct kw_qp *qp)
 /* Drop the receive path's references; callbacks and hook are gone. */
 void kw_rx_release(struct kw_qp *qp)
 {
+	kw_rxh_free(qp);
 	rx_mr_release(qp);
 	rx_buf_release(qp);
 	kfree(qp->ooo);

@@ -546,6 +546,45 @@ TEST(the_rules_kept_work)
 }
 
 
+/*
+ * The receive path holds the skbs of the peer's Writes until read()
+ * copies them out (rxhold.c), a bounded number of pieces: 600 one-byte
+ * Writes are more than it holds, so the oldest are copied into rbuf;
+ * and a Write into bytes already written but not yet announced makes the
+ * later bytes the ones read. Nothing is read with MSG_PEEK here, which
+ * would copy every held piece into rbuf first.
+ */
+TEST(receive_held_in_skbs_limits_and_rewrites)
+{
+	struct iwarp_info in;
+	socklen_t il = sizeof(in);
+	u8 b[700];
+	struct hp h;
+	int i, bad = 0;
+
+	ASSERT_EQ(hp_connect(&h, 0), 0);
+	for (i = 0; i < 600; i++)
+		ASSERT_EQ(hp_write(&h, i, 1, (u8)(i * 7)), 0);
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, 600)), 0);
+	ASSERT_EQ(hp_write(&h, 600, 100, 'A'), 0);
+	ASSERT_EQ(hp_write(&h, 600, 50, 'B'), 0);
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, 100)), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
+	for (i = 0; i < 600; i++)
+		bad += b[i] != (u8)(i * 7);
+	for (i = 600; i < 700; i++)
+		bad += b[i] != (i < 650 ? 'B' : 'A');
+	EXPECT_EQ(bad, 0);
+	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &in, &il), 0);
+	note("%llu bytes held, %llu settled",
+	     (unsigned long long)in.rbuf_held,
+	     (unsigned long long)in.rbuf_settled);
+	EXPECT_GT(in.rbuf_held, 0);
+	EXPECT_GT(in.rbuf_settled, 0);	/* the pieces beyond the limit */
+	EXPECT_LT(in.rbuf_settled, 700);
+	hp_close(&h);
+}
 
 /* ------------------------------------------------------------- iomap */
 

@@ -769,6 +769,10 @@ struct iwarp_info {
 	__aligned_u64 zc_rx_bytes;	/* received in place (IWARP_RECV_ZC) */
 	__aligned_u64 sbuf_replaced;	/* send buffer pages replaced because
 					 * the stack still held them */
+	__aligned_u64 rbuf_held;	/* received bytes held in skbs until
+					 * read, not copied into rbuf */
+	__aligned_u64 rbuf_settled;	/* ... of which were copied into rbuf
+					 * after all (MSG_PEEK, limits) */
 };
 
 /* ---------------------------------------------------------------------- */

@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Held placement: the receive path's one-copy mode for a kernel-mapped
+ * ring that a reader copies out of (es.c's receive buffer).
+ *
+ * Placing a tagged Write into such a ring in softirq and copying it out in
+ * read() makes two passes over every byte where TCP makes one. Instead,
+ * rx_place() hands the bytes of a Write into the ring's MR to
+ * kw_rxh_place(), which keeps a reference to them (a clone of the skb,
+ * shared by the pieces of one skb) and records where they belong: a
+ * piece. The reader then copies a piece from the skb straight to its
+ * iterator (kw_rxh_read()), and the ring's memory is never written. The
+ * ring's contents are always what in-order placement would have made
+ * them: the ring's bytes where no piece is held, a piece's bytes where
+ * one is.
+ *
+ * Pieces are settled (their bytes copied into the ring, the clone freed)
+ * whenever holding them is not the cheap way: a placement that cannot be
+ * held (no room for another piece, the clones' truesize over the limit, a
+ * clone that cannot be allocated) settles every piece first and is then
+ * copied, so that an older piece can never overwrite newer bytes; and a
+ * reader that does not consume (MSG_PEEK), or that finds the ring's
+ * oldest piece elsewhere than where it reads, settles them all. What a
+ * peer can make us hold is thereby bounded by limit (the clones' truesize,
+ * charged to nobody else: TCP uncharged the skbs when it handed them
+ * over) and KW_RXH_PIECES.
+ *
+ * Locking: rxh->lock (a spinlock, taken with BHs off) guards everything in
+ * struct kw_rxh, every piece and every reference to a clone. The receive
+ * path takes it under qp->lock (rx_place); the reader under its own lock
+ * only, and drops it to copy, holding a reference of its own to the clone.
+ * A piece settled or released while a reader copies from it is noticed by
+ * rxh->seq: the reader then leaves the ring alone (the bytes it copied are
+ * the ones settled).
+ *
+ * Lifetime: set up by kw_rxh_enable() before the QP is connected (nothing
+ * is received yet), freed with every piece by kw_rx_release() once the
+ * receive path is detached from the socket. The MR is compared, never
+ * dereferenced; base must outlive the QP (es.c frees it after the
+ * context, which destroys the QP).
+ */
+#include <linux/skbuff.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+
+#include "qp.h"
+
+#define KW_RXH_PIECES	256
+
+struct kw_rxh_piece {
+	struct sk_buff *skb;	/* a clone, referenced */
+	u32 skb_off;		/* where the bytes are in it */
+	u32 off, len;		/* where they belong in the ring */
+};
+
+struct kw_rxh {
+	spinlock_t lock;
+	const struct kw_mr *mr;	/* whose tagged placements are held */
+	u8 *base;		/* its memory, mapped */
+	u32 size;
+	/*
+	 * The pieces: p[head], ... in placement order, each starting where
+	 * the one before it ended (mod size), total bytes in all: together
+	 * they hold the ring's [p[head].off, p[head].off + total) (mod
+	 * size), and no two overlap.
+	 */
+	u32 head, n, total;
+	u32 seq;		/* bumped whenever the head piece goes */
+	u32 truesize, limit;	/* of the clones held */
+	/* the skb rx_actor() is feeding, and our clone of it (referenced) */
+	const struct sk_buff *cur_orig;
+	struct sk_buff *cur;
+	u64 held_bytes, settled_bytes;	/* statistics */
+	struct kw_rxh_piece p[KW_RXH_PIECES];
+};
+
+int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
+		  u32 size, u32 limit)
+{
+	struct kw_rxh *h;
+
+	if (qp->rxh || READ_ONCE(qp->state) != KIWARP_QPS_IDLE)
+		return -EINVAL;
+	h = kzalloc(sizeof(*h), GFP_KERNEL_ACCOUNT);
+	if (!h)
+		return -ENOMEM;
+	spin_lock_init(&h->lock);
+	h->mr = mr;
+	h->base = base;
+	h->size = size;
+	h->limit = limit;
+	qp->rxh = h;
+	return 0;
+}
+
+/* Drop one of our references to a clone; rxh->lock held. */
+static void rxh_put(struct kw_rxh *h, struct sk_buff *skb)
+{
+	lockdep_assert_held(&h->lock);
+	if (refcount_read(&skb->users) == 1)
+		h->truesize -= skb->truesize;
+	kfree_skb(skb);
+}
+
+static void rxh_pop(struct kw_rxh *h)
+{
+	struct kw_rxh_piece *pc = &h->p[h->head];
+
+	rxh_put(h, pc->skb);
+	h->total -= pc->len;
+	pc->skb = NULL;
+	h->head = (h->head + 1) % KW_RXH_PIECES;
+	h->n--;
+	h->seq++;
+}
+
+/* Copy every piece into the ring, oldest first, and let the clones go. */
+static void rxh_settle_locked(struct kw_rxh *h)
+{
+	lockdep_assert_held(&h->lock);
+	while (h->n) {
+		struct kw_rxh_piece *pc = &h->p[h->head];
+
+		/* (cannot fail: the clone holds these bytes) */
+		WARN_ON_ONCE(skb_copy_bits(pc->skb, pc->skb_off,
+					   h->base + pc->off, pc->len));
+		h->settled_bytes += pc->len;
+		rxh_pop(h);
+	}
+}
+
+void kw_rxh_settle(struct kw_qp *qp)
+{
+	struct kw_rxh *h = qp->rxh;
+
+	if (!h)
+		return;
+	spin_lock_bh(&h->lock);
+	rxh_settle_locked(h);
+	spin_unlock_bh(&h->lock);
+}
+
+/* Does the receive path hold the placements into mr? */
+bool kw_rxh_holds(const struct kw_qp *qp, const struct kw_mr *mr)
+{
+	return qp->rxh && qp->rxh->mr == mr;
+}
+
+/*
+ * The receive path places [off, off + len) of the ring from the skb being
+ * fed (qp->rx_src: src points into its bytes). Held if it can be, else
+ * copied after every held piece was settled. qp->lock held, the MR's
+ * access begun; the bounds were checked against the MR by the parser.
+ */
+void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
+{
+	struct kw_rxh *h = qp->rxh;
+	const struct kw_rx_src *s = &qp->rx_src;
+	struct kw_rxh_piece *pc;
+	struct sk_buff *clone;
+	u32 skb_off;
+
+	lockdep_assert_held(&qp->lock);
+	if (WARN_ON_ONCE(off > h->size || len > h->size - off))
+		return;
+	spin_lock(&h->lock);
+	if (!s->skb || (const u8 *)src < s->data ||
+	    (const u8 *)src - s->data > s->len ||
+	    len > s->len - ((const u8 *)src - s->data))
+		goto copy;	/* not from the skb being fed */
+	skb_off = s->off + ((const u8 *)src - s->data);
+	if (h->n) {
+		const struct kw_rxh_piece *first = &h->p[h->head];
+
+		/* not right after the last piece, or the ring full: start
+		 * afresh, so that no two pieces overlap */
+		if ((first->off + h->total) % h->size != off ||
+		    h->total + len > h->size)
+			rxh_settle_locked(h);
+	}
+	if (h->n == KW_RXH_PIECES)
+		goto copy;
+	if (h->cur_orig != s->skb) {
+		if (h->cur) {
+			rxh_put(h, h->cur);
+			h->cur = NULL;
+		}
+		h->cur_orig = NULL;
+		if (h->truesize + s->skb->truesize > h->limit)
+			goto copy;
+		clone = skb_clone(s->skb, GFP_ATOMIC);
+		if (!clone)
+			goto copy;
+		h->cur = clone;
+		h->cur_orig = s->skb;
+		h->truesize += clone->truesize;
+	}
+	pc = &h->p[(h->head + h->n) % KW_RXH_PIECES];
+	pc->skb = skb_get(h->cur);
+	pc->skb_off = skb_off;
+	pc->off = off;
+	pc->len = len;
+	h->n++;
+	h->total += len;
+	h->held_bytes += len;
+	spin_unlock(&h->lock);
+	return;
+copy:
+	rxh_settle_locked(h);
+	memcpy(h->base + off, src, len);
+	spin_unlock(&h->lock);
+}
+
+/* rx_actor() is done with the skb: our clone of it stays with its pieces. */
+void kw_rxh_skb_done(struct kw_qp *qp)
+{
+	struct kw_rxh *h = qp->rxh;
+
+	if (!h || !h->cur_orig)
+		return;
+	spin_lock_bh(&h->lock);
+	if (h->cur)
+		rxh_put(h, h->cur);
+	h->cur = NULL;
+	h->cur_orig = NULL;
+	spin_unlock_bh(&h->lock);
+}
+
+/*
+ * Copy the ring's bytes [off, off + n) (not wrapping) to @to: a held
+ * piece's from its skb, the rest from the ring. consume: the caller takes
+ * what was copied, so the pieces that held it go; otherwise (a peek) every
+ * piece is settled first. Returns the bytes copied, fewer than n only if
+ * @to faulted. Process context; the caller serializes readers.
+ */
+u32 kw_rxh_read(struct kw_qp *qp, u32 off, u32 n, struct iov_iter *to,
+		bool consume)
+{
+	struct kw_rxh *h = qp->rxh;
+	u32 done = 0;
+
+	if (WARN_ON_ONCE(!h || off > h->size || n > h->size - off))
+		return 0;
+	while (done < n) {
+		struct kw_rxh_piece *pc;
+		struct sk_buff *skb;
+		u32 k, got, skb_off, seq;
+		size_t before;
+
+		spin_lock_bh(&h->lock);
+		if (!consume)
+			rxh_settle_locked(h);
+		pc = h->n ? &h->p[h->head] : NULL;
+		if (!pc || pc->off != off + done) {
+			k = n - done;
+			/*
+			 * The ring up to the pieces, if they begin further
+			 * on and do not wrap round to where we read; else
+			 * they are settled, all of them.
+			 */
+			if (pc && pc->off > off + done &&
+			    pc->off - (off + done) < k &&
+			    pc->off + h->total <= h->size + off + done)
+				k = pc->off - (off + done);
+			else if (pc)
+				rxh_settle_locked(h);
+			spin_unlock_bh(&h->lock);
+			got = copy_to_iter(h->base + off + done, k, to);
+			done += got;
+			if (got != k)
+				break;
+			continue;
+		}
+		k = min(n - done, pc->len);
+		skb = skb_get(pc->skb);
+		skb_off = pc->skb_off;
+		seq = h->seq;
+		spin_unlock_bh(&h->lock);
+
+		before = iov_iter_count(to);
+		/* on a fault, what it copied is a prefix */
+		skb_copy_datagram_iter(skb, skb_off, to, k);
+		got = before - iov_iter_count(to);
+
+		spin_lock_bh(&h->lock);
+		/* unless the piece went meanwhile (settled: the same bytes) */
+		if (h->seq == seq) {
+			pc->skb_off += got;
+			pc->off += got;
+			pc->len -= got;
+			h->total -= got;
+			if (!pc->len)
+				rxh_pop(h);
+		}
+		rxh_put(h, skb);
+		spin_unlock_bh(&h->lock);
+		done += got;
+		if (got != k)
+			break;
+	}
+	return done;
+}
+
+void kw_rxh_stats(struct kw_qp *qp, u64 *held, u64 *settled)
+{
+	struct kw_rxh *h = qp->rxh;
+
+	*held = *settled = 0;
+	if (!h)
+		return;
+	spin_lock_bh(&h->lock);
+	*held = h->held_bytes;
+	*settled = h->settled_bytes;
+	spin_unlock_bh(&h->lock);
+}
+
+/* The receive path is gone: let every clone go. */
+void kw_rxh_free(struct kw_qp *qp)
+{
+	struct kw_rxh *h = qp->rxh;
+
+	if (!h)
+		return;
+	spin_lock_bh(&h->lock);
+	while (h->n)
+		rxh_pop(h);
+	if (h->cur)
+		rxh_put(h, h->cur);
+	WARN_ON_ONCE(h->truesize);
+	spin_unlock_bh(&h->lock);
+	kfree(h);
+	qp->rxh = NULL;
+}
