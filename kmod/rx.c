@@ -1380,7 +1380,11 @@ void kw_rx_ooo_attach(struct kw_qp *qp, struct sock *sk)
 	if (kw_set_ofo_hook(sk, kw_rx_ofo_queued)) {
 		WRITE_ONCE(qp->ooo, NULL);
 		kfree(o);
+		return;
 	}
+	/* from now on placements copy, the hook's before the in-order
+	 * pass: nothing may stay held (rxhold.c) */
+	kw_rxh_settle(qp);
 }
 
 /* Before the socket goes: no hook call runs once this returns. */

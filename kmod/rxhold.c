@@ -15,15 +15,21 @@
  * one is.
  *
  * Pieces are settled (their bytes copied into the ring, the clone freed)
- * whenever holding them is not the cheap way: a placement that cannot be
- * held (no room for another piece, the clones' truesize over the limit, a
- * clone that cannot be allocated) settles every piece first and is then
- * copied, so that an older piece can never overwrite newer bytes; and a
- * reader that does not consume (MSG_PEEK), or that finds the ring's
- * oldest piece elsewhere than where it reads, settles them all. What a
- * peer can make us hold is thereby bounded by limit (the clones' truesize,
- * charged to nobody else: TCP uncharged the skbs when it handed them
- * over) and KW_RXH_PIECES.
+ * whenever holding them is not the cheap or the safe way: a Write that
+ * does not continue where the last piece ended (so pieces never overlap),
+ * and a placement that cannot be held (no room for another piece, the
+ * clones over the limit, a clone that cannot be allocated), which is then
+ * copied after them, so that an older piece can never hide newer bytes;
+ * a reader that does not consume (MSG_PEEK), or that reads inside the
+ * held bytes rather than at their start; and the out-of-order placement
+ * of a patched kernel (kw_rx_ooo_attach), which writes the ring itself.
+ *
+ * Memory: what a peer can make a socket hold is bounded by limit, counted
+ * by rxh_charge(), and by KW_RXH_PIECES. TCP uncharged the skbs from the
+ * socket when it handed them over, and the clones are charged to nobody:
+ * es.c sets the limit to twice its ring, whose own pages are charged to
+ * the user's memory cgroup, so a user's sockets can hold no more this way
+ * than twice what they are charged for.
  *
  * Locking: rxh->lock (a spinlock, taken with BHs off) guards everything in
  * struct kw_rxh, every piece and every reference to a clone. The receive
@@ -65,8 +71,10 @@ struct kw_rxh {
 	 * size), and no two overlap.
 	 */
 	u32 head, n, total;
-	u32 seq;		/* bumped whenever the head piece goes */
-	u32 truesize, limit;	/* of the clones held */
+	u64 seq;		/* bumped whenever the head piece goes (64
+				 * bits: a reader stalled in a fault must
+				 * never see it come round) */
+	u32 charged, limit;	/* what the clones held pin (rxh_charge) */
 	/* the skb rx_actor() is feeding, and our clone of it (referenced) */
 	const struct sk_buff *cur_orig;
 	struct sk_buff *cur;
@@ -93,13 +101,19 @@ int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
 	return 0;
 }
 
+/* What a clone pins, counted against the limit as TCP counts it. */
+static u32 rxh_charge(const struct sk_buff *skb)
+{
+	return skb->truesize;
+}
+
 /* Drop one of our references to a clone; rxh->lock held. */
 static void rxh_put(struct kw_rxh *h, struct sk_buff *skb)
 {
 	lockdep_assert_held(&h->lock);
 	if (refcount_read(&skb->users) == 1)
-		h->truesize -= skb->truesize;
-	kfree_skb(skb);
+		h->charged -= rxh_charge(skb);
+	consume_skb(skb);	/* read or settled: not a drop */
 }
 
 static void rxh_pop(struct kw_rxh *h)
@@ -186,14 +200,14 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 			h->cur = NULL;
 		}
 		h->cur_orig = NULL;
-		if (h->truesize + s->skb->truesize > h->limit)
+		if (h->charged + rxh_charge(s->skb) > h->limit)
 			goto copy;
 		clone = skb_clone(s->skb, GFP_ATOMIC);
 		if (!clone)
 			goto copy;
 		h->cur = clone;
 		h->cur_orig = s->skb;
-		h->truesize += clone->truesize;
+		h->charged += rxh_charge(clone);
 	}
 	pc = &h->p[(h->head + h->n) % KW_RXH_PIECES];
 	pc->skb = skb_get(h->cur);
@@ -244,28 +258,31 @@ u32 kw_rxh_read(struct kw_qp *qp, u32 off, u32 n, struct iov_iter *to,
 	while (done < n) {
 		struct kw_rxh_piece *pc;
 		struct sk_buff *skb;
-		u32 k, got, skb_off, seq;
+		u32 k, got, skb_off;
 		size_t before;
+		u64 seq;
 
 		spin_lock_bh(&h->lock);
 		if (!consume)
 			rxh_settle_locked(h);
 		pc = h->n ? &h->p[h->head] : NULL;
 		if (!pc || pc->off != off + done) {
-			k = n - done;
+			u32 r = off + done, end = pc ? pc->off + h->total : 0;
+
 			/*
-			 * The ring up to the pieces, if they begin further
-			 * on and do not wrap round to where we read; else
-			 * they are settled, all of them.
+			 * The ring, up to where held bytes begin. The pieces
+			 * hold [pc->off, end), and [0, end - size) if that
+			 * wraps; reading where they hold, not at their start,
+			 * settles them all.
 			 */
-			if (pc && pc->off > off + done &&
-			    pc->off - (off + done) < k &&
-			    pc->off + h->total <= h->size + off + done)
-				k = pc->off - (off + done);
-			else if (pc)
+			k = n - done;
+			if (pc && ((pc->off < r && r < end) ||
+				   (end > h->size && r < end - h->size)))
 				rxh_settle_locked(h);
+			else if (pc && pc->off > r)
+				k = min(k, pc->off - r);
 			spin_unlock_bh(&h->lock);
-			got = copy_to_iter(h->base + off + done, k, to);
+			got = copy_to_iter(h->base + r, k, to);
 			done += got;
 			if (got != k)
 				break;
@@ -278,13 +295,13 @@ u32 kw_rxh_read(struct kw_qp *qp, u32 off, u32 n, struct iov_iter *to,
 		spin_unlock_bh(&h->lock);
 
 		before = iov_iter_count(to);
-		/* on a fault, what it copied is a prefix */
+		/* on a fault it reverts @to: nothing was taken */
 		skb_copy_datagram_iter(skb, skb_off, to, k);
 		got = before - iov_iter_count(to);
 
 		spin_lock_bh(&h->lock);
 		/* unless the piece went meanwhile (settled: the same bytes) */
-		if (h->seq == seq) {
+		if (h->seq == seq && !WARN_ON_ONCE(!h->n || got > pc->len)) {
 			pc->skb_off += got;
 			pc->off += got;
 			pc->len -= got;
@@ -326,7 +343,7 @@ void kw_rxh_free(struct kw_qp *qp)
 		rxh_pop(h);
 	if (h->cur)
 		rxh_put(h, h->cur);
-	WARN_ON_ONCE(h->truesize);
+	WARN_ON_ONCE(h->charged);
 	spin_unlock_bh(&h->lock);
 	kfree(h);
 	qp->rxh = NULL;
