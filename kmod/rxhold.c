@@ -52,6 +52,9 @@
 #include "qp.h"
 
 #define KW_RXH_PIECES	256
+/* A Write shorter than this with nothing held is copied: a clone and a
+ * second walk cost more than the copy (a 64 B ping-pong's messages). */
+#define KW_RXH_MIN	1024
 
 struct kw_rxh_piece {
 	struct sk_buff *skb;	/* a clone, referenced */
@@ -183,6 +186,8 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 	    len > s->len - ((const u8 *)src - s->data))
 		goto copy;	/* not from the skb being fed */
 	skb_off = s->off + ((const u8 *)src - s->data);
+	if (!h->n && len < KW_RXH_MIN)
+		goto copy;
 	if (h->n) {
 		const struct kw_rxh_piece *first = &h->p[h->head];
 
