@@ -1384,6 +1384,8 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 			u32 got = es_copy_out(es, msg, peek ? copied : 0, n,
 					      peek);
 
+			kw_rxh_uncharge(es->qp);	/* what it let go of */
+
 			if (got && !peek) {
 				kw_rs_rx_consume(&es->rs, got);
 				es_credit(es);
@@ -1741,8 +1743,8 @@ static int es_alloc(struct kw_es *es)
 	    es->qp->rq.entries != ES_RQ_ENTRIES)
 		return -EINVAL;	/* the slot arithmetic needs them exact */
 	/* read() copies the peer's Writes out of the skbs (rxhold.c) */
-	ret = kw_rxh_enable(es->qp, es->rbuf_mr, es->rbuf, es->rbuf_size,
-			    ES_HOLD_LIMIT(es->rbuf_size));
+	ret = kw_rxh_enable(es->qp, es->sk, es->rbuf_mr, es->rbuf,
+			    es->rbuf_size, ES_HOLD_LIMIT(es->rbuf_size));
 	if (ret)
 		return ret;
 

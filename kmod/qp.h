@@ -351,14 +351,15 @@ int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
 		  struct kw_cm_kparam *kp);
 
 /* rxhold.c */
-int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
-		  u32 size, u32 limit);
+int kw_rxh_enable(struct kw_qp *qp, struct sock *sk, const struct kw_mr *mr,
+		  u8 *base, u32 size, u32 limit);
 bool kw_rxh_holds(const struct kw_qp *qp, const struct kw_mr *mr);
 void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len);
 void kw_rxh_skb_done(struct kw_qp *qp);
 u32 kw_rxh_read(struct kw_qp *qp, u32 off, u32 n, struct iov_iter *to,
 		bool consume);
 void kw_rxh_settle(struct kw_qp *qp);
+void kw_rxh_uncharge(struct kw_qp *qp);
 void kw_rxh_stats(struct kw_qp *qp, u64 *held, u64 *settled);
 void kw_rxh_free(struct kw_qp *qp);
 

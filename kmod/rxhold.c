@@ -24,30 +24,41 @@
  * held bytes rather than at their start; and the out-of-order placement
  * of a patched kernel (kw_rx_ooo_attach), which writes the ring itself.
  *
- * Memory: what a peer can make a socket hold is bounded by limit, counted
- * by rxh_charge(), and by KW_RXH_PIECES. TCP uncharged the skbs from the
- * socket when it handed them over, and the clones are charged to nobody:
- * es.c sets the limit to twice its ring, whose own pages are charged to
- * the user's memory cgroup, so a user's sockets can hold no more this way
- * than twice what they are charged for.
+ * Memory: what a peer can make a socket hold is bounded by limit (the
+ * clones' truesize; es.c sets it to twice its ring) and by KW_RXH_PIECES.
+ * TCP uncharged the skbs from the socket when it handed them over, so a
+ * clone is charged to the socket again, as TCP charges its receive queue
+ * (sk_forward_alloc: the protocol's memory and the socket's memory
+ * cgroup), and placed by copy if that fails. The charge goes back when
+ * the clone's last reference does; that needs the socket lock, which the
+ * receive path holds and the reader does not, so a reader only adds it to
+ * uncharge, and whoever holds the socket next returns it: the receive
+ * path for the next skb, the reader itself once it is done
+ * (kw_rxh_uncharge()), kw_rxh_free() at the end. sk_rmem_alloc is not
+ * charged: TCP's window does not count held bytes, as it never counted
+ * the ring's; the peer's credits bound them.
  *
  * Locking: rxh->lock (a spinlock, taken with BHs off) guards everything in
  * struct kw_rxh, every piece and every reference to a clone. The receive
- * path takes it under qp->lock (rx_place); the reader under its own lock
- * only, and drops it to copy, holding a reference of its own to the clone.
+ * path takes it under the socket lock and qp->lock (rx_place); the reader
+ * under its own lock only, and drops it to copy, holding a reference of
+ * its own to the clone. The socket lock, when taken, comes first.
  * A piece settled or released while a reader copies from it is noticed by
  * rxh->seq: the reader then leaves the ring alone (the bytes it copied are
  * the ones settled).
  *
  * Lifetime: set up by kw_rxh_enable() before the QP is connected (nothing
  * is received yet), freed with every piece by kw_rx_release() once the
- * receive path is detached from the socket. The MR is compared, never
- * dereferenced; base must outlive the QP (es.c frees it after the
- * context, which destroys the QP).
+ * receive path is detached from the socket. The socket the clones are
+ * charged to is referenced until then, so that the charge is returned
+ * before it can be destroyed. The MR is compared, never dereferenced;
+ * base must outlive the QP (es.c frees it after the context, which
+ * destroys the QP).
  */
 #include <linux/skbuff.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
+#include <net/sock.h>
 
 #include "qp.h"
 
@@ -64,6 +75,7 @@ struct kw_rxh_piece {
 
 struct kw_rxh {
 	spinlock_t lock;
+	struct sock *sk;	/* the clones are charged to it, referenced */
 	const struct kw_mr *mr;	/* whose tagged placements are held */
 	u8 *base;		/* its memory, mapped */
 	u32 size;
@@ -77,7 +89,8 @@ struct kw_rxh {
 	u64 seq;		/* bumped whenever the head piece goes (64
 				 * bits: a reader stalled in a fault must
 				 * never see it come round) */
-	u32 charged, limit;	/* what the clones held pin (rxh_charge) */
+	u32 charged, limit;	/* the clones' truesize, charged to sk */
+	u32 uncharge;		/* of which let go: to return to sk */
 	/* the skb rx_actor() is feeding, and our clone of it (referenced) */
 	const struct sk_buff *cur_orig;
 	struct sk_buff *cur;
@@ -85,8 +98,8 @@ struct kw_rxh {
 	struct kw_rxh_piece p[KW_RXH_PIECES];
 };
 
-int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
-		  u32 size, u32 limit)
+int kw_rxh_enable(struct kw_qp *qp, struct sock *sk, const struct kw_mr *mr,
+		  u8 *base, u32 size, u32 limit)
 {
 	struct kw_rxh *h;
 
@@ -96,6 +109,8 @@ int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
 	if (!h)
 		return -ENOMEM;
 	spin_lock_init(&h->lock);
+	sock_hold(sk);
+	h->sk = sk;
 	h->mr = mr;
 	h->base = base;
 	h->size = size;
@@ -104,19 +119,44 @@ int kw_rxh_enable(struct kw_qp *qp, const struct kw_mr *mr, u8 *base,
 	return 0;
 }
 
-/* What a clone pins, counted against the limit as TCP counts it. */
-static u32 rxh_charge(const struct sk_buff *skb)
-{
-	return skb->truesize;
-}
-
 /* Drop one of our references to a clone; rxh->lock held. */
 static void rxh_put(struct kw_rxh *h, struct sk_buff *skb)
 {
 	lockdep_assert_held(&h->lock);
-	if (refcount_read(&skb->users) == 1)
-		h->charged -= rxh_charge(skb);
+	if (refcount_read(&skb->users) == 1) {
+		h->charged -= skb->truesize;
+		WRITE_ONCE(h->uncharge, h->uncharge + skb->truesize);
+	}
 	consume_skb(skb);	/* read or settled: not a drop */
+}
+
+/* Return to the socket what the clones let go of: its lock and ours held. */
+static void rxh_uncharge_locked(struct kw_rxh *h)
+{
+	lockdep_assert_held(&h->lock);
+	lockdep_assert(lockdep_sock_is_held(h->sk));
+	if (h->uncharge) {
+		sk_mem_uncharge(h->sk, h->uncharge);
+		WRITE_ONCE(h->uncharge, 0);
+	}
+}
+
+/*
+ * Charge a new clone to the socket, as TCP charges what it queues; fails
+ * if the protocol or the socket's memory cgroup is out of room (then the
+ * bytes are copied). Both locks held; BHs off, so the memory cgroup is
+ * charged without sleeping (gfp_memcg_charge()).
+ */
+static bool rxh_charge(struct kw_rxh *h, struct sk_buff *clone)
+{
+	lockdep_assert_held(&h->lock);
+	lockdep_assert(lockdep_sock_is_held(h->sk));
+	if (h->charged + clone->truesize > h->limit ||
+	    !__sk_rmem_schedule(h->sk, clone->truesize, false))
+		return false;
+	sk_mem_charge(h->sk, clone->truesize);
+	h->charged += clone->truesize;
+	return true;
 }
 
 static void rxh_pop(struct kw_rxh *h)
@@ -146,6 +186,7 @@ static void rxh_settle_locked(struct kw_rxh *h)
 	}
 }
 
+/* The socket lock held. */
 void kw_rxh_settle(struct kw_qp *qp)
 {
 	struct kw_rxh *h = qp->rxh;
@@ -154,7 +195,23 @@ void kw_rxh_settle(struct kw_qp *qp)
 		return;
 	spin_lock_bh(&h->lock);
 	rxh_settle_locked(h);
+	rxh_uncharge_locked(h);
 	spin_unlock_bh(&h->lock);
+}
+
+/* A reader done for now returns what it let go of (socket unlocked). */
+void kw_rxh_uncharge(struct kw_qp *qp)
+{
+	struct kw_rxh *h = qp->rxh;
+	bool slow;
+
+	if (!h || !READ_ONCE(h->uncharge))
+		return;
+	slow = lock_sock_fast(h->sk);
+	spin_lock_bh(&h->lock);
+	rxh_uncharge_locked(h);
+	spin_unlock_bh(&h->lock);
+	unlock_sock_fast(h->sk, slow);
 }
 
 /* Does the receive path hold the placements into mr? */
@@ -166,8 +223,9 @@ bool kw_rxh_holds(const struct kw_qp *qp, const struct kw_mr *mr)
 /*
  * The receive path places [off, off + len) of the ring from the skb being
  * fed (qp->rx_src: src points into its bytes). Held if it can be, else
- * copied after every held piece was settled. qp->lock held, the MR's
- * access begun; the bounds were checked against the MR by the parser.
+ * copied after every held piece was settled. The socket lock and
+ * qp->lock held, the MR's access begun; the bounds were checked against
+ * the MR by the parser.
  */
 void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 {
@@ -197,6 +255,15 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 		    h->total + len > h->size)
 			rxh_settle_locked(h);
 	}
+	if (h->n && h->cur_orig == s->skb) {
+		/* the bytes after the last piece's in the same skb (the
+		 * next fragment of one payload): that piece grows */
+		pc = &h->p[(h->head + h->n - 1) % KW_RXH_PIECES];
+		if (pc->skb == h->cur && pc->skb_off + pc->len == skb_off) {
+			pc->len += len;
+			goto held;
+		}
+	}
 	if (h->n == KW_RXH_PIECES)
 		goto copy;
 	if (h->cur_orig != s->skb) {
@@ -205,14 +272,15 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 			h->cur = NULL;
 		}
 		h->cur_orig = NULL;
-		if (h->charged + rxh_charge(s->skb) > h->limit)
-			goto copy;
 		clone = skb_clone(s->skb, GFP_ATOMIC);
 		if (!clone)
 			goto copy;
+		if (!rxh_charge(h, clone)) {
+			consume_skb(clone);
+			goto copy;
+		}
 		h->cur = clone;
 		h->cur_orig = s->skb;
-		h->charged += rxh_charge(clone);
 	}
 	pc = &h->p[(h->head + h->n) % KW_RXH_PIECES];
 	pc->skb = skb_get(h->cur);
@@ -220,6 +288,7 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 	pc->off = off;
 	pc->len = len;
 	h->n++;
+held:
 	h->total += len;
 	h->held_bytes += len;
 	spin_unlock(&h->lock);
@@ -230,18 +299,22 @@ copy:
 	spin_unlock(&h->lock);
 }
 
-/* rx_actor() is done with the skb: our clone of it stays with its pieces. */
+/*
+ * rx_actor() is done with the skb: our clone of it stays with its pieces.
+ * Under the socket lock: returns what readers let go of meanwhile.
+ */
 void kw_rxh_skb_done(struct kw_qp *qp)
 {
 	struct kw_rxh *h = qp->rxh;
 
-	if (!h || !h->cur_orig)
+	if (!h || (!h->cur_orig && !READ_ONCE(h->uncharge)))
 		return;
 	spin_lock_bh(&h->lock);
 	if (h->cur)
 		rxh_put(h, h->cur);
 	h->cur = NULL;
 	h->cur_orig = NULL;
+	rxh_uncharge_locked(h);
 	spin_unlock_bh(&h->lock);
 }
 
@@ -336,20 +409,30 @@ void kw_rxh_stats(struct kw_qp *qp, u64 *held, u64 *settled)
 	spin_unlock_bh(&h->lock);
 }
 
-/* The receive path is gone: let every clone go. */
+/*
+ * The receive path is gone: let every clone go, and return their charge
+ * to the socket. Process context, no reader left.
+ */
 void kw_rxh_free(struct kw_qp *qp)
 {
 	struct kw_rxh *h = qp->rxh;
+	struct sock *sk;
+	bool slow;
 
 	if (!h)
 		return;
+	sk = h->sk;
+	slow = lock_sock_fast(sk);
 	spin_lock_bh(&h->lock);
 	while (h->n)
 		rxh_pop(h);
 	if (h->cur)
 		rxh_put(h, h->cur);
 	WARN_ON_ONCE(h->charged);
+	rxh_uncharge_locked(h);
 	spin_unlock_bh(&h->lock);
+	unlock_sock_fast(sk, slow);
+	sock_put(sk);
 	kfree(h);
 	qp->rxh = NULL;
 }

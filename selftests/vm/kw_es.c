@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <linux/kiwarp.h>
@@ -283,6 +284,110 @@ TEST(slow_reader_flow_control)
 	EXPECT_LE(i.rbuf_settled, i.rbuf_held);
 	close(c);
 	close(s);
+	free(src);
+	free(dst);
+}
+
+/* memory.stat's "sock" (bytes) of the cgroup at path, or -1 */
+static long long cg_sock(const char *path)
+{
+	char f[192], name[64];
+	long long v, r = -1;
+	FILE *fp;
+
+	snprintf(f, sizeof(f), "%s/memory.stat", path);
+	fp = fopen(f, "r");
+	if (!fp)
+		return -1;
+	while (fscanf(fp, "%63s %lld", name, &v) == 2)
+		if (!strcmp(name, "sock"))
+			r = v;
+	fclose(fp);
+	return r;
+}
+
+/*
+ * Bytes a peer sent that wait in the skbs that brought them (rxhold.c)
+ * are charged to the receiving socket's memory cgroup, as TCP charges
+ * its receive queue, and the charge goes back as the reader takes them:
+ * otherwise every socket could pin up to twice its rbuf that no limit
+ * counts.
+ */
+TEST(held_bytes_are_charged_to_the_memory_cgroup)
+{
+	char cg[96];
+	size_t len = 1 << 20;	/* fits rbuf; its clones fit the limit */
+	uint8_t *src = malloc(len), *dst = malloc(len);
+	long long sock0, sock1, sock2, held;
+	struct iwarp_info i;
+	double end;
+	FILE *f;
+	int c, s, v = 1 << 20;
+
+	/* a memory cgroup of our own, before the sockets exist */
+	f = fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
+	if (f) {
+		fputs("+memory", f);
+		fclose(f);
+	}
+	snprintf(cg, sizeof(cg), "/sys/fs/cgroup/kw_es_held.%d", getpid());
+	ASSERT_EQ(mkdir(cg, 0755), 0);
+	{
+		char p[128];
+
+		snprintf(p, sizeof(p), "%s/cgroup.procs", cg);
+		f = fopen(p, "w");
+		ASSERT_NE(f, NULL);
+		fprintf(f, "%d\n", getpid());
+		ASSERT_EQ(fclose(f), 0);
+	}
+	/* rbuf 2 MiB: SO_RCVBUF 1 MiB, which the kernel doubles (FORCE:
+	 * above rmem_max) */
+	ASSERT_EQ(tcp_pair(&c, &s), 0);
+	ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)), 0);
+	ASSERT_EQ(ulp(c), 0);
+	ASSERT_EQ(ulp(s), 0);
+	ASSERT_EQ(switch_both(c, s, IWARP_MODE_ACTIVE, IWARP_MODE_PASSIVE,
+			      NULL, NULL), 0);
+	sock0 = cg_sock(cg);
+	ASSERT_GE(sock0, 0);
+
+	/* 1 MiB arrives; nobody reads */
+	fill(src, len, 19);
+	ASSERT_EQ(writen(c, src, len), 0);
+	end = now() + 20;
+	do {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+
+		poll(&p, 1, 100);	/* (it takes the DATA messages) */
+		ASSERT_EQ(info(s, &i), 0);
+	} while (i.readable < len && now() < end);
+	ASSERT_EQ(i.rbuf_size, 2u << 20);
+	ASSERT_EQ(i.readable, len);
+	held = (long long)(i.rbuf_held - i.rbuf_settled);
+	usleep(2200000);	/* memcg's periodic stat flush */
+	sock1 = cg_sock(cg);
+	note("%lld of %zu bytes held in skbs (%llu settled); cgroup's sock %lld -> %lld",
+	     held, len, (unsigned long long)i.rbuf_settled, sock0, sock1);
+	EXPECT_GE(held, (long long)len * 3 / 4);
+	/* (the clones' truesize exceeds the bytes they hold) */
+	EXPECT_GE(sock1 - sock0, held);
+
+	/* the reader takes it all: the charge goes back */
+	ASSERT_EQ(readn(s, dst, len, 20000), 0);
+	EXPECT_MEMEQ(src, dst, len);
+	usleep(2200000);
+	sock2 = cg_sock(cg);
+	note("after reading it all: sock %lld", sock2);
+	EXPECT_LE(sock2 - sock0, held / 8);
+	close(c);
+	close(s);
+	f = fopen("/sys/fs/cgroup/cgroup.procs", "w");
+	if (f) {
+		fprintf(f, "%d\n", getpid());
+		fclose(f);
+	}
+	rmdir(cg);
 	free(src);
 	free(dst);
 }
