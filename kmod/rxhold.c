@@ -29,7 +29,10 @@
  * TCP uncharged the skbs from the socket when it handed them over, so a
  * clone is charged to the socket again, as TCP charges its receive queue
  * (sk_forward_alloc: the protocol's memory and the socket's memory
- * cgroup), and placed by copy if that fails. The charge goes back when
+ * cgroup), and placed by copy if that fails. It fails over TCP's hard
+ * limit (tcp_mem); the memory cgroup, charged with BHs off, counts it but
+ * does not refuse it, as it does not refuse TCP's own receive queue in
+ * softirq (the charge is forced past memory.max). The charge goes back when
  * the clone's last reference does; that needs the socket lock, which the
  * receive path holds and the reader does not, so a reader only adds it to
  * uncharge, and whoever holds the socket next returns it: the receive
@@ -143,14 +146,15 @@ static void rxh_uncharge_locked(struct kw_rxh *h)
 
 /*
  * Charge a new clone to the socket, as TCP charges what it queues; fails
- * if the protocol or the socket's memory cgroup is out of room (then the
- * bytes are copied). Both locks held; BHs off, so the memory cgroup is
- * charged without sleeping (gfp_memcg_charge()).
+ * past the limit or TCP's hard limit (then the bytes are copied). Both
+ * locks held; BHs off, so the memory cgroup is charged without sleeping
+ * (gfp_memcg_charge()).
  */
 static bool rxh_charge(struct kw_rxh *h, struct sk_buff *clone)
 {
 	lockdep_assert_held(&h->lock);
 	lockdep_assert(lockdep_sock_is_held(h->sk));
+	rxh_uncharge_locked(h);		/* what readers let go of first */
 	if (h->charged + clone->truesize > h->limit ||
 	    !__sk_rmem_schedule(h->sk, clone->truesize, false))
 		return false;
@@ -255,11 +259,14 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 		    h->total + len > h->size)
 			rxh_settle_locked(h);
 	}
-	if (h->n && h->cur_orig == s->skb) {
+	if (h->cur_orig == s->skb) {
+		if (!h->cur)
+			goto copy;	/* this skb could not be held */
 		/* the bytes after the last piece's in the same skb (the
 		 * next fragment of one payload): that piece grows */
-		pc = &h->p[(h->head + h->n - 1) % KW_RXH_PIECES];
-		if (pc->skb == h->cur && pc->skb_off + pc->len == skb_off) {
+		pc = h->n ? &h->p[(h->head + h->n - 1) % KW_RXH_PIECES] : NULL;
+		if (pc && pc->skb == h->cur && pc->off + pc->len == off &&
+		    pc->skb_off + pc->len == skb_off) {
 			pc->len += len;
 			goto held;
 		}
@@ -271,7 +278,10 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 			rxh_put(h, h->cur);
 			h->cur = NULL;
 		}
-		h->cur_orig = NULL;
+		/* a failure below holds nothing more of this skb */
+		h->cur_orig = s->skb;
+		if (h->charged + s->skb->truesize > h->limit)
+			goto copy;
 		clone = skb_clone(s->skb, GFP_ATOMIC);
 		if (!clone)
 			goto copy;
@@ -280,7 +290,6 @@ void kw_rxh_place(struct kw_qp *qp, u64 off, const void *src, u32 len)
 			goto copy;
 		}
 		h->cur = clone;
-		h->cur_orig = s->skb;
 	}
 	pc = &h->p[(h->head + h->n) % KW_RXH_PIECES];
 	pc->skb = skb_get(h->cur);

@@ -365,23 +365,42 @@ TEST(held_bytes_are_charged_to_the_memory_cgroup)
 	ASSERT_EQ(i.rbuf_size, 2u << 20);
 	ASSERT_EQ(i.readable, len);
 	held = (long long)(i.rbuf_held - i.rbuf_settled);
-	usleep(2200000);	/* memcg's periodic stat flush */
-	sock1 = cg_sock(cg);
+	EXPECT_GE(held, (long long)len * 3 / 4);
+	/* (the clones' truesize exceeds the bytes they hold; the stat is
+	 * flushed every 2 s at the latest) */
+	end = now() + 5;
+	while ((sock1 = cg_sock(cg)) - sock0 < held && now() < end)
+		usleep(100000);
 	note("%lld of %zu bytes held in skbs (%llu settled); cgroup's sock %lld -> %lld",
 	     held, len, (unsigned long long)i.rbuf_settled, sock0, sock1);
-	EXPECT_GE(held, (long long)len * 3 / 4);
-	/* (the clones' truesize exceeds the bytes they hold) */
 	EXPECT_GE(sock1 - sock0, held);
 
 	/* the reader takes it all: the charge goes back */
 	ASSERT_EQ(readn(s, dst, len, 20000), 0);
 	EXPECT_MEMEQ(src, dst, len);
-	usleep(2200000);
-	sock2 = cg_sock(cg);
+	end = now() + 5;
+	while ((sock2 = cg_sock(cg)) - sock0 > held / 8 && now() < end)
+		usleep(100000);
 	note("after reading it all: sock %lld", sock2);
 	EXPECT_LE(sock2 - sock0, held / 8);
+
+	/* held again, and closed unread: the charge goes back too */
+	ASSERT_EQ(writen(c, src, len / 2), 0);
+	end = now() + 20;
+	do {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+
+		poll(&p, 1, 100);
+		ASSERT_EQ(info(s, &i), 0);
+	} while (i.readable < len / 2 && now() < end);
+	EXPECT_GE((long long)(i.rbuf_held - i.rbuf_settled), held + held / 4);
 	close(c);
 	close(s);
+	end = now() + 5;
+	while ((sock2 = cg_sock(cg)) - sock0 > held / 8 && now() < end)
+		usleep(100000);
+	note("closed with %u bytes unread: sock %lld", i.readable, sock2);
+	EXPECT_LE(sock2 - sock0, held / 8);
 	f = fopen("/sys/fs/cgroup/cgroup.procs", "w");
 	if (f) {
 		fprintf(f, "%d\n", getpid());
