@@ -598,6 +598,50 @@ TEST(receive_held_in_skbs_limits_and_rewrites)
 	hp_close(&h);
 }
 
+/*
+ * What held skbs pin is bounded by their truesize too (twice rbuf), not
+ * only by the number of pieces: a peer that sends a few bytes per
+ * segment makes every piece cost a whole skb. With rbuf at its minimum
+ * (16 KiB: limit 32 KiB), a 1 KiB Write and 60 Writes of 100 bytes, one
+ * segment each, far fewer than the 256 pieces held at most and all in
+ * order (no rewrite, no peek), reach the limit: what was held is copied
+ * into rbuf, the short Writes after it are copied (nothing is held), and
+ * a last 1 KiB Write is held again. Every byte reads back as written.
+ */
+TEST(receive_held_in_skbs_truesize_limit)
+{
+	struct timeval tv = { .tv_sec = 10 };
+	struct iwarp_info in;
+	socklen_t il = sizeof(in);
+	static u8 b[1024 + 60 * 100 + 1024];
+	struct hp h;
+	int i, bad = 0;
+
+	ASSERT_EQ(hp_connect(&h, 8192), 0);	/* sk_rcvbuf 16 KiB */
+	ASSERT_EQ(hp_write(&h, 0, 1024, 'P'), 0);
+	for (i = 0; i < 60; i++)
+		ASSERT_EQ(hp_write(&h, 1024 + i * 100, 100, (u8)(i + 1)), 0);
+	ASSERT_EQ(hp_write(&h, 7024, 1024, 'Q'), 0);
+	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, sizeof(b))), 0);
+	ASSERT_EQ(raw_all_taken(&h), 0);
+	ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+		  0);
+	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
+	for (i = 0; i < (int)sizeof(b); i++)
+		bad += b[i] != (i < 1024 ? 'P' : i < 7024 ?
+				(u8)((i - 1024) / 100 + 1) : 'Q');
+	EXPECT_EQ(bad, 0);
+	ASSERT_EQ(getsockopt(h.es, SOL_IWARP, IWARP_INFO, &in, &il), 0);
+	note("rbuf %u: %llu bytes held, %llu settled", in.rbuf_size,
+	     (unsigned long long)in.rbuf_held,
+	     (unsigned long long)in.rbuf_settled);
+	ASSERT_EQ(in.rbuf_size, 16384u);
+	EXPECT_GE(in.rbuf_settled, 1024);	/* 'P' with what followed it */
+	EXPECT_LT(in.rbuf_held, sizeof(b));	/* short Writes copied after */
+	EXPECT_GE(in.rbuf_held - in.rbuf_settled, 1024); /* 'Q' from its skb */
+	hp_close(&h);
+}
+
 /* ------------------------------------------------------------- iomap */
 
 /* A tagged Write of len bytes of buf to stag/to. */
