@@ -288,6 +288,25 @@ TEST(slow_reader_flow_control)
 	free(dst);
 }
 
+/*
+ * Wait up to secs for at least n readable bytes on fd (polling takes the
+ * DATA messages that announce them); *i is IWARP_INFO at the end.
+ * 0, or -errno of IWARP_INFO.
+ */
+static int wait_readable(int fd, size_t n, double secs, struct iwarp_info *i)
+{
+	double end = now() + secs;
+	int r;
+
+	do {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		poll(&p, 1, 100);
+		r = info(fd, i);
+	} while (!r && i->readable < n && now() < end);
+	return r;
+}
+
 /* memory.stat's "sock" (bytes) of the cgroup at path, or -1 */
 static long long cg_sock(const char *path)
 {
@@ -355,13 +374,7 @@ TEST(held_bytes_are_charged_to_the_memory_cgroup)
 	/* 1 MiB arrives; nobody reads */
 	fill(src, len, 19);
 	ASSERT_EQ(writen(c, src, len), 0);
-	end = now() + 20;
-	do {
-		struct pollfd p = { .fd = s, .events = POLLIN };
-
-		poll(&p, 1, 100);	/* (it takes the DATA messages) */
-		ASSERT_EQ(info(s, &i), 0);
-	} while (i.readable < len && now() < end);
+	ASSERT_EQ(wait_readable(s, len, 20, &i), 0);
 	ASSERT_EQ(i.rbuf_size, 2u << 20);
 	ASSERT_EQ(i.readable, len);
 	held = (long long)(i.rbuf_held - i.rbuf_settled);
@@ -386,13 +399,7 @@ TEST(held_bytes_are_charged_to_the_memory_cgroup)
 
 	/* held again, and closed unread: the charge goes back too */
 	ASSERT_EQ(writen(c, src, len / 2), 0);
-	end = now() + 20;
-	do {
-		struct pollfd p = { .fd = s, .events = POLLIN };
-
-		poll(&p, 1, 100);
-		ASSERT_EQ(info(s, &i), 0);
-	} while (i.readable < len / 2 && now() < end);
+	ASSERT_EQ(wait_readable(s, len / 2, 20, &i), 0);
 	EXPECT_GE((long long)(i.rbuf_held - i.rbuf_settled), held + held / 4);
 	close(c);
 	close(s);
@@ -424,20 +431,13 @@ TEST(read_that_faults_midway_loses_nothing)
 	uint64_t settled;
 	uint8_t *src = malloc(len), *dst = malloc(len), *m;
 	struct iwarp_info i;
-	double end;
 	ssize_t r;
 	int c, s;
 
 	ASSERT_EQ(es_pair(&c, &s), 0);
 	fill(src, len, 11);
 	ASSERT_EQ(writen(c, src, len), 0);
-	end = now() + 10;
-	do {
-		struct pollfd p = { .fd = s, .events = POLLIN };
-
-		poll(&p, 1, 100);	/* (it takes the DATA messages) */
-		ASSERT_EQ(info(s, &i), 0);
-	} while (i.readable < 3 * (size_t)pg && now() < end);
+	ASSERT_EQ(wait_readable(s, 3 * (size_t)pg, 10, &i), 0);
 	ASSERT_GE(i.readable, 3 * (size_t)pg);
 	/* part of the first piece */
 	ASSERT_EQ(readn(s, dst, head, 5000), 0);
