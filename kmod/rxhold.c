@@ -145,18 +145,17 @@ static void rxh_uncharge_locked(struct kw_rxh *h)
 }
 
 /*
- * Charge a new clone to the socket, as TCP charges what it queues; fails
- * past the limit or TCP's hard limit (then the bytes are copied). Both
- * locks held; BHs off, so the memory cgroup is charged without sleeping
- * (gfp_memcg_charge()).
+ * Charge a new clone, within the limit (the caller checked), to the
+ * socket, as TCP charges what it queues; fails past TCP's hard limit
+ * (then the bytes are copied). Both locks held; BHs off, so the memory
+ * cgroup is charged without sleeping (gfp_memcg_charge()).
  */
 static bool rxh_charge(struct kw_rxh *h, struct sk_buff *clone)
 {
 	lockdep_assert_held(&h->lock);
 	lockdep_assert(lockdep_sock_is_held(h->sk));
 	rxh_uncharge_locked(h);		/* what readers let go of first */
-	if (h->charged + clone->truesize > h->limit ||
-	    !__sk_rmem_schedule(h->sk, clone->truesize, false))
+	if (!__sk_rmem_schedule(h->sk, clone->truesize, false))
 		return false;
 	sk_mem_charge(h->sk, clone->truesize);
 	h->charged += clone->truesize;

@@ -547,6 +547,25 @@ TEST(the_rules_kept_work)
 
 
 /*
+ * The raw peer announces len bytes it wrote (one DATA message); the ES
+ * socket reads them all into b, within 10 s. 0, or the step that failed.
+ */
+static int hp_announce_read(struct hp *h, u8 *b, u32 len)
+{
+	struct timeval tv = { .tv_sec = 10 };
+
+	if (hp_msg(h, KW_RS_MSG(KW_RS_OP_DATA, len)))
+		return 1;
+	if (raw_all_taken(h))
+		return 2;
+	if (setsockopt(h->es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+		return 3;
+	if (recv(h->es, b, len, MSG_WAITALL) != (ssize_t)len)
+		return 4;
+	return 0;
+}
+
+/*
  * The receive path holds the skbs of the peer's Writes until read()
  * copies them out (rxhold.c), a bounded number of pieces, and copies a
  * short Write when it holds nothing. A 2000-byte Write and 300 one-byte
@@ -558,7 +577,6 @@ TEST(the_rules_kept_work)
  */
 TEST(receive_held_in_skbs_limits_and_rewrites)
 {
-	struct timeval tv = { .tv_sec = 10 };
 	struct iwarp_info in;
 	socklen_t il = sizeof(in);
 	static u8 b[6400];
@@ -573,11 +591,7 @@ TEST(receive_held_in_skbs_limits_and_rewrites)
 	ASSERT_EQ(hp_write(&h, 4300, 100, 'A'), 0);
 	ASSERT_EQ(hp_write(&h, 4300, 50, 'B'), 0);
 	ASSERT_EQ(hp_write(&h, 4400, 2000, 'D'), 0);
-	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, sizeof(b))), 0);
-	ASSERT_EQ(raw_all_taken(&h), 0);
-	ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
-		  0);
-	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
+	ASSERT_EQ(hp_announce_read(&h, b, sizeof(b)), 0);
 	for (i = 0; i < (int)sizeof(b); i++) {
 		u8 want = i < 2000 ? 'P' : i < 2300 ? (u8)((i - 2000) * 7) :
 			  i < 4300 ? 'C' : i < 4350 ? 'B' : i < 4400 ? 'A' :
@@ -610,7 +624,6 @@ TEST(receive_held_in_skbs_limits_and_rewrites)
  */
 TEST(receive_held_in_skbs_truesize_limit)
 {
-	struct timeval tv = { .tv_sec = 10 };
 	struct iwarp_info in;
 	socklen_t il = sizeof(in);
 	static u8 b[1024 + 60 * 100 + 1024];
@@ -622,11 +635,7 @@ TEST(receive_held_in_skbs_truesize_limit)
 	for (i = 0; i < 60; i++)
 		ASSERT_EQ(hp_write(&h, 1024 + i * 100, 100, (u8)(i + 1)), 0);
 	ASSERT_EQ(hp_write(&h, 7024, 1024, 'Q'), 0);
-	ASSERT_EQ(hp_msg(&h, KW_RS_MSG(KW_RS_OP_DATA, sizeof(b))), 0);
-	ASSERT_EQ(raw_all_taken(&h), 0);
-	ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
-		  0);
-	ASSERT_EQ(recv(h.es, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
+	ASSERT_EQ(hp_announce_read(&h, b, sizeof(b)), 0);
 	for (i = 0; i < (int)sizeof(b); i++)
 		bad += b[i] != (i < 1024 ? 'P' : i < 7024 ?
 				(u8)((i - 1024) / 100 + 1) : 'Q');
