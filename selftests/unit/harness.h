@@ -72,12 +72,39 @@ static int kwt_ncases;
 #define EXPECT_GE(a, b)	KWT_CMP(a, >=, b, 0)
 #define EXPECT_TRUE(c)	KWT_CHECK((c), 0, "%s is false", #c)
 #define EXPECT_FALSE(c)	KWT_CHECK(!(c), 0, "%s is true", #c)
-#define ASSERT_MEMEQ(a, b, n)						\
-	KWT_CHECK(!memcmp((a), (b), (n)), 1, "%s != %s (%zu bytes)",	\
-		  #a, #b, (size_t)(n))
-#define EXPECT_MEMEQ(a, b, n)						\
-	KWT_CHECK(!memcmp((a), (b), (n)), 0, "%s != %s (%zu bytes)",	\
-		  #a, #b, (size_t)(n))
+/* Where two buffers differ: the first and last differing offsets and how
+ * many bytes differ, for a mismatch's message. */
+static inline void kwt_memdiff(const void *a, const void *b, size_t n,
+			       char *out, size_t outlen)
+{
+	const unsigned char *x = a, *y = b;
+	size_t i, first = 0, last = 0, count = 0;
+
+	for (i = 0; i < n; i++) {
+		if (x[i] == y[i])
+			continue;
+		if (!count++)
+			first = i;
+		last = i;
+	}
+	snprintf(out, outlen, "%zu differ, first at %zu (0x%02x vs 0x%02x), last at %zu",
+		 count, first, count ? x[first] : 0, count ? y[first] : 0,
+		 last);
+}
+
+#define KWT_MEMEQ(a, b, n, fatal)					\
+	do {								\
+		size_t kwt_n = (n);					\
+		char kwt_d[128];					\
+									\
+		if (!memcmp((a), (b), kwt_n))				\
+			break;						\
+		kwt_memdiff((a), (b), kwt_n, kwt_d, sizeof(kwt_d));	\
+		KWT_CHECK(0, fatal, "%s != %s (%zu bytes): %s",	\
+			  #a, #b, kwt_n, kwt_d);			\
+	} while (0)
+#define ASSERT_MEMEQ(a, b, n)	KWT_MEMEQ(a, b, n, 1)
+#define EXPECT_MEMEQ(a, b, n)	KWT_MEMEQ(a, b, n, 0)
 
 int main(int argc, char **argv)
 {
