@@ -781,7 +781,7 @@ void kw_qp_queue(struct kw_qp *qp, struct work_struct *w)
 		kw_qp_put(qp);
 }
 
-/* The same at normal priority: see kw_tx_work(). */
+/* The same at normal priority (kw_bulk_wq): see kw_tx_work(). */
 void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w)
 {
 	if (READ_ONCE(qp->dying))
@@ -830,6 +830,7 @@ static struct kw_qp *qp_alloc(struct kw_ctx *ctx,
 	mutex_init(&qp->cm_lock);
 	mutex_init(&qp->tx_mutex);
 	INIT_WORK(&qp->tx_work, kw_tx_work);
+	INIT_WORK(&qp->tx_bulk_work, kw_tx_bulk_work);
 	INIT_WORK(&qp->err_work, err_work);
 	INIT_DELAYED_WORK(&qp->abort_work, abort_work);
 	qp->ctx = ctx;
@@ -953,8 +954,13 @@ static void qp_teardown(struct kw_qp *qp)
 	mutex_lock(&qp->cm_lock);
 	/* No receive callback runs after this returns. */
 	kw_cm_uninstall(qp);
+	/* (each queues the other: cancelled twice, neither is left) */
 	if (cancel_work_sync(&qp->tx_work))
 		kw_qp_put(qp);	/* it was queued, holding a reference */
+	if (cancel_work_sync(&qp->tx_bulk_work))
+		kw_qp_put(qp);
+	if (cancel_work_sync(&qp->tx_work))
+		kw_qp_put(qp);
 	if (cancel_work_sync(&qp->err_work))
 		kw_qp_put(qp);
 	/* after err_work, which queues it; kw_cm_release_sock() resets */
@@ -1145,7 +1151,11 @@ int kw_qp_init(void)
 	 * and RDMA applications busy-poll their CQs. At normal priority the
 	 * worker that continues a transmit after TCP had no room shared its
 	 * CPU with the polling thread, halving the rate of large transfers.
-	 * (nvme-tcp's io_work runs the same way: per CPU, WQ_HIGHPRI.)
+	 * (nvme-tcp's io_work runs the same way: per CPU, WQ_HIGHPRI.) A long
+	 * transmit alternates between the two (kw_tx_work()). Per CPU for both:
+	 * an unbound normal-priority queue, which lets the scheduler pick an
+	 * idle CPU, sped up Writes to a receiver that sleeps, but slowed
+	 * Sends, whose receiving application polls on the other CPU.
 	 */
 	kw_wq = alloc_workqueue("kiwarp", WQ_PERCPU | WQ_HIGHPRI |
 			       WQ_MEM_RECLAIM, 0);

@@ -7,7 +7,8 @@
  *   - ioctl (process): create/destroy, doorbell, query/modify, connect
  *   - receive (softirq, or process context when TCP processes its backlog at
  *     release_sock()): the socket's data_ready callback runs the parser
- *   - tx_work (process, workqueue): every byte the QP transmits
+ *   - tx_work, tx_bulk_work (process, workqueue): every byte the QP
+ *     transmits (tx.c: kw_tx_work())
  *
  * Locking:
  *   qp->lock (spinlock, BH-safe) protects: state, term_*, the SQ shadow
@@ -19,7 +20,8 @@
  *     receive path, which TCP serializes (the socket lock / tcp_read_sock),
  *     plus setup/teardown while the callbacks are not installed.
  *   qp->tx_mutex protects the transmit cursor (qp->tx_*) and the socket
- *     pointer while transmitting: tx_work holds it, the doorbell ioctl
+ *     pointer while transmitting: tx_work and tx_bulk_work hold it, the
+ *     doorbell ioctl
  *     transmits inline when it can take it without waiting, and teardown
  *     takes it to release the socket.
  *   sk->sk_callback_lock protects sk_user_data and the saved callbacks.
@@ -214,7 +216,8 @@ struct kw_qp {
 
 	/* transmit path (under tx_mutex) */
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
-	struct work_struct tx_work;
+	struct work_struct tx_work;	/* high priority (kw_wq) */
+	struct work_struct tx_bulk_work;	/* normal priority (kw_bulk_wq) */
 	/*
 	 * KW_TXF_WAIT_SPACE: a push is under way or TCP refused bytes, so
 	 * sk_write_space must requeue tx_work once TCP has room. Set before
@@ -375,6 +378,7 @@ void kw_rx_ooo_detach(struct kw_qp *qp, struct sock *sk);
 
 /* tx.c */
 void kw_tx_work(struct work_struct *w);
+void kw_tx_bulk_work(struct work_struct *w);
 void kw_tx_release(struct kw_qp *qp);
 void kw_tx_abandon(struct kw_qp *qp);
 void kw_tx_zc_detach(struct kw_qp *qp);
