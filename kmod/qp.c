@@ -954,7 +954,12 @@ static void qp_teardown(struct kw_qp *qp)
 	mutex_lock(&qp->cm_lock);
 	/* No receive callback runs after this returns. */
 	kw_cm_uninstall(qp);
-	/* (each queues the other: cancelled twice, neither is left) */
+	/*
+	 * Each of the two queues the other, hence tx_work twice. An item
+	 * queued later still (by a caller that read dying just before it was
+	 * set, then was preempted) holds its QP reference and does nothing:
+	 * __tx_run() reads dying under tx_mutex, taken below after it was set.
+	 */
 	if (cancel_work_sync(&qp->tx_work))
 		kw_qp_put(qp);	/* it was queued, holding a reference */
 	if (cancel_work_sync(&qp->tx_bulk_work))

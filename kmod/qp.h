@@ -218,6 +218,9 @@ struct kw_qp {
 	struct mutex tx_mutex;	/* see the comment at the top of this file */
 	struct work_struct tx_work;	/* high priority (kw_wq) */
 	struct work_struct tx_bulk_work;	/* normal priority (kw_bulk_wq) */
+	/* a high-priority run used its budget, and no normal-priority run
+	 * has made up for it yet (tx.c, kw_tx_work()); under tx_mutex */
+	bool tx_hp_spent;
 	/*
 	 * KW_TXF_WAIT_SPACE: a push is under way or TCP refused bytes, so
 	 * sk_write_space must requeue tx_work once TCP has room. Set before

@@ -1541,11 +1541,18 @@ static void tx_finish(struct kw_qp *qp)
 	}
 }
 
+/* Why a transmit run stopped. */
+enum tx_stop {
+	TX_IDLE,	/* nothing left to send (or the QP is going) */
+	TX_BUDGET,	/* the budget ran out: more may be ready */
+	TX_BLOCKED,	/* TCP has no room: sk_write_space requeues us */
+};
+
 /*
- * Transmit until the queues are empty or TCP has no room, at most budget
- * batches; returns true if the budget ran out (more may be ready).
+ * Transmit until the queues are empty or TCP has no room, at most *budget
+ * batches; *budget is left with what was not used.
  */
-static bool __tx_run(struct kw_qp *qp, unsigned int budget)
+static enum tx_stop __tx_run(struct kw_qp *qp, unsigned int *budget)
 {
 	int ret;
 
@@ -1553,8 +1560,9 @@ static bool __tx_run(struct kw_qp *qp, unsigned int budget)
 again:
 	while (!READ_ONCE(qp->dying) && qp->sock) {
 		/* between batches: every cursor state here is resumable */
-		if (!budget--)
-			return true;
+		if (!*budget)
+			return TX_BUDGET;
+		(*budget)--;
 		cond_resched();
 		if (!qp->tx_active) {
 			bool go;
@@ -1575,7 +1583,7 @@ again:
 		set_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		ret = tx_push(qp);
 		if (ret == -EAGAIN)
-			return false;	/* sk_write_space requeues us */
+			return TX_BLOCKED;	/* sk_write_space requeues us */
 		clear_bit(KW_TXF_WAIT_SPACE, &qp->tx_flags);
 		if (ret)
 			goto fail;
@@ -1601,7 +1609,7 @@ again:
 	 * here is followed by another run.
 	 */
 	if (READ_ONCE(qp->state) != KIWARP_QPS_CLOSING)
-		return false;
+		return TX_IDLE;
 	spin_lock_bh(&qp->lock);
 	/*
 	 * A responder still fenced (RFC 5044 section 7.1.2 rule 4: nothing
@@ -1613,10 +1621,10 @@ again:
 	      qp->irq_head == qp->irq_tail) || READ_ONCE(qp->fenced))) {
 		spin_unlock_bh(&qp->lock);
 		kw_qp_set_error(qp);
-		return false;
+		return TX_IDLE;
 	}
 	spin_unlock_bh(&qp->lock);
-	return false;
+	return TX_IDLE;
 
 fail:
 	if (ret == -EACCES) {
@@ -1635,39 +1643,53 @@ fail:
 	pr_debug("qp %u: transmit failed: %d\n", qp->handle, ret);
 	tx_abandon(qp);
 	kw_qp_set_error(qp);
-	return false;
+	return TX_IDLE;
 }
 
-static bool tx_run(struct kw_qp *qp, unsigned int budget)
+static enum tx_stop tx_run(struct kw_qp *qp, unsigned int *budget)
 {
-	bool more = __tx_run(qp, budget);
+	enum tx_stop stop = __tx_run(qp, budget);
 
 	tx_uncork(qp);
-	return more;
+	return stop;
 }
 
 /*
- * Where a long transmit runs. tx_work runs at high priority (qp.c) for as
- * long as a sndbuf's worth of batches. A transmit that is still not done
- * by then (a peer that takes everything as fast as we send) goes on in
- * tx_bulk_work at normal priority for as long again, then in tx_work
- * again, and so on: high priority never runs two slices in a row, so no
- * user's traffic keeps a high-priority worker on a CPU (other tasks there
- * get their share during each normal-priority slice, security.md). Run at
- * normal priority throughout, it shared its CPU with the application
- * busy-polling its CQ there, and 1 MiB Writes ran 30-40 % slower
- * (performance.md). Both instances run under tx_mutex, and either may
- * find the other's work already done.
+ * Where a long transmit runs. tx_work runs at high priority (qp.c),
+ * tx_bulk_work at normal priority, both at most KW_TX_BUDGET batches per
+ * run. High priority is what keeps a busy-polling application from
+ * halving its own transfers (it would share its CPU with a normal-priority
+ * worker: 1 MiB Writes ran 30-40 % slower, performance.md), but no user's
+ * traffic may keep a high-priority worker on a CPU. So a high-priority run
+ * that used its whole budget (TCP kept taking what we sent) sets
+ * qp->tx_hp_spent, and until a normal-priority run has run (its own
+ * budget, unless TCP stops it first), tx_work, whoever queued it
+ * (sk_write_space, a doorbell that found the transmit busy, the receive
+ * path owing a Read Response), leaves the transmit to tx_bulk_work: other
+ * tasks on the CPU get their share during each normal-priority run
+ * (security.md, selftests/vm/fairness.sh). A run that stopped because TCP
+ * had no room or nothing was left clears it: sk_write_space then starts
+ * a high-priority run, at the pace TCP frees room. Both run under
+ * tx_mutex, and either may find the other's work done.
  */
 void kw_tx_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
-	bool more;
+	unsigned int budget = KW_TX_BUDGET;
+	enum tx_stop stop;
 
 	mutex_lock(&qp->tx_mutex);
-	more = tx_run(qp, KW_TX_BUDGET);
+	if (qp->tx_hp_spent) {
+		/* a normal-priority run first (queued, or running now) */
+		mutex_unlock(&qp->tx_mutex);
+		kw_qp_queue_bulk(qp, &qp->tx_bulk_work);
+		kw_qp_put(qp);
+		return;
+	}
+	stop = tx_run(qp, &budget);
+	qp->tx_hp_spent = stop == TX_BUDGET;
 	mutex_unlock(&qp->tx_mutex);
-	if (more)
+	if (stop == TX_BUDGET)
 		kw_qp_queue_bulk(qp, &qp->tx_bulk_work);
 	kw_qp_put(qp);	/* the reference kw_qp_queue() took */
 }
@@ -1675,12 +1697,14 @@ void kw_tx_work(struct work_struct *w)
 void kw_tx_bulk_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_bulk_work);
-	bool more;
+	unsigned int budget = KW_TX_BUDGET;
+	enum tx_stop stop;
 
 	mutex_lock(&qp->tx_mutex);
-	more = tx_run(qp, KW_TX_BUDGET);
+	stop = tx_run(qp, &budget);
+	qp->tx_hp_spent = false;
 	mutex_unlock(&qp->tx_mutex);
-	if (more)
+	if (stop == TX_BUDGET)
 		kw_qp_kick_tx(qp);
 	kw_qp_put(qp);	/* the reference kw_qp_queue_bulk() took */
 }
@@ -1693,14 +1717,17 @@ void kw_tx_bulk_work(struct work_struct *w)
  */
 void kw_tx_inline(struct kw_qp *qp)
 {
-	bool more;
+	unsigned int budget = KW_TX_BUDGET;
+	enum tx_stop stop;
 
 	if (!mutex_trylock(&qp->tx_mutex)) {
 		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
 		return;
 	}
-	more = tx_run(qp, KW_TX_BUDGET);
+	stop = tx_run(qp, &budget);
+	if (stop != TX_BUDGET)
+		qp->tx_hp_spent = false;
 	mutex_unlock(&qp->tx_mutex);
-	if (more)	/* after the caller's slice, one at normal priority */
+	if (stop == TX_BUDGET)	/* the caller's run, then a normal one */
 		kw_qp_queue_bulk(qp, &qp->tx_bulk_work);	/* kw_tx_work() */
 }

@@ -403,8 +403,12 @@ static void run(int *kwt_fail, bool markers, bool crc, bool aligned)
 	     (unsigned long long)v.rx, (unsigned long long)v.ooo,
 	     (unsigned long long)v.want, v.qflags, kw_tcp_hooks_param());
 	EXPECT_EQ(v.ok, 1);
-	/* netem reordered (a fresh namespace: its counters start at 0) */
-	EXPECT_GE(v.ofo, PAIRS / 2);
+	/*
+	 * netem reordered (a fresh namespace: its counters start at 0). How
+	 * many of the 2 x PAIRS segments TCP queues out of order varies with
+	 * timing, 10-17 in 20 runs on 6.1: PAIRS / 2 failed one of them.
+	 */
+	EXPECT_GE(v.ofo, PAIRS / 4);
 	EXPECT_EQ(v.rx + v.ooo, v.want);
 	EXPECT_EQ(!!(v.qflags & KIWARP_QPQ_OOO), ahead);
 	if (ahead)
