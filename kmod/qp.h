@@ -21,9 +21,8 @@
  *     plus setup/teardown while the callbacks are not installed.
  *   qp->tx_mutex protects the transmit cursor (qp->tx_*) and the socket
  *     pointer while transmitting: tx_work and tx_bulk_work hold it, the
- *     doorbell ioctl
- *     transmits inline when it can take it without waiting, and teardown
- *     takes it to release the socket.
+ *     doorbell ioctl transmits inline when it can take it without waiting,
+ *     and teardown takes it to release the socket.
  *   sk->sk_callback_lock protects sk_user_data and the saved callbacks.
  *
  * Sockets: qp->sock is set (take_sock) and cleared (kw_cm_release_sock)

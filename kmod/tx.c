@@ -1549,10 +1549,10 @@ enum tx_stop {
 };
 
 /*
- * Transmit until the queues are empty or TCP has no room, at most *budget
- * batches; *budget is left with what was not used.
+ * Transmit until the queues are empty or TCP has no room, at most budget
+ * batches; says which of the three stopped it.
  */
-static enum tx_stop __tx_run(struct kw_qp *qp, unsigned int *budget)
+static enum tx_stop __tx_run(struct kw_qp *qp, unsigned int budget)
 {
 	int ret;
 
@@ -1560,9 +1560,8 @@ static enum tx_stop __tx_run(struct kw_qp *qp, unsigned int *budget)
 again:
 	while (!READ_ONCE(qp->dying) && qp->sock) {
 		/* between batches: every cursor state here is resumable */
-		if (!*budget)
+		if (!budget--)
 			return TX_BUDGET;
-		(*budget)--;
 		cond_resched();
 		if (!qp->tx_active) {
 			bool go;
@@ -1646,7 +1645,7 @@ fail:
 	return TX_IDLE;
 }
 
-static enum tx_stop tx_run(struct kw_qp *qp, unsigned int *budget)
+static enum tx_stop tx_run(struct kw_qp *qp, unsigned int budget)
 {
 	enum tx_stop stop = __tx_run(qp, budget);
 
@@ -1675,7 +1674,6 @@ static enum tx_stop tx_run(struct kw_qp *qp, unsigned int *budget)
 void kw_tx_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_work);
-	unsigned int budget = KW_TX_BUDGET;
 	enum tx_stop stop;
 
 	mutex_lock(&qp->tx_mutex);
@@ -1686,7 +1684,7 @@ void kw_tx_work(struct work_struct *w)
 		kw_qp_put(qp);
 		return;
 	}
-	stop = tx_run(qp, &budget);
+	stop = tx_run(qp, KW_TX_BUDGET);
 	qp->tx_hp_spent = stop == TX_BUDGET;
 	mutex_unlock(&qp->tx_mutex);
 	if (stop == TX_BUDGET)
@@ -1697,11 +1695,10 @@ void kw_tx_work(struct work_struct *w)
 void kw_tx_bulk_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(w, struct kw_qp, tx_bulk_work);
-	unsigned int budget = KW_TX_BUDGET;
 	enum tx_stop stop;
 
 	mutex_lock(&qp->tx_mutex);
-	stop = tx_run(qp, &budget);
+	stop = tx_run(qp, KW_TX_BUDGET);
 	qp->tx_hp_spent = false;
 	mutex_unlock(&qp->tx_mutex);
 	if (stop == TX_BUDGET)
@@ -1717,14 +1714,13 @@ void kw_tx_bulk_work(struct work_struct *w)
  */
 void kw_tx_inline(struct kw_qp *qp)
 {
-	unsigned int budget = KW_TX_BUDGET;
 	enum tx_stop stop;
 
 	if (!mutex_trylock(&qp->tx_mutex)) {
 		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
 		return;
 	}
-	stop = tx_run(qp, &budget);
+	stop = tx_run(qp, KW_TX_BUDGET);
 	if (stop != TX_BUDGET)
 		qp->tx_hp_spent = false;
 	mutex_unlock(&qp->tx_mutex);
