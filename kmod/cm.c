@@ -1067,6 +1067,14 @@ static int connect_sock(struct kiwarp_connect *arg, struct socket **sockp,
 	if (ret)
 		return ret;
 	set_timeouts(sock, arg->timeout_ms);
+	/*
+	 * rdma_cm (siw, hardware iWARP without iwpmd) takes its local ports
+	 * from its own port space and bind()s them with SO_REUSEADDR. Without
+	 * it here, this connection's port - and its TIME_WAIT for a minute
+	 * after - would fail such a bind() with -EADDRINUSE. siw's own active
+	 * sockets set it for the same reason.
+	 */
+	sock_set_reuseaddr(sock->sk);
 	ret = kernel_connect(sock, (kw_sockaddr_arg *)&ss, len, 0);
 	if (ret) {
 		put_sock(sock, NULL, *uid);

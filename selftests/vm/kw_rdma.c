@@ -1149,6 +1149,110 @@ TEST(kernel_cm_listen_connect)
 }
 
 /*
+ * The local port of the loopback connection to 127.0.0.1:rport in TCP state
+ * st (1 ESTABLISHED, 6 TIME_WAIT), or 0.
+ */
+static unsigned int tcp_local_port(unsigned int rport, unsigned int st)
+{
+	char line[512];
+	FILE *f = fopen("/proc/net/tcp", "r");
+	unsigned int port = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned int lp, rp, s;
+
+		if (sscanf(line, " %*d: 0100007F:%x 0100007F:%x %x", &lp, &rp,
+			   &s) == 3 && rp == rport && s == st) {
+			port = lp;
+			break;
+		}
+	}
+	fclose(f);
+	return port;
+}
+
+/* bind() of a SO_REUSEADDR socket to 127.0.0.1:port, as rdma_cm's do: errno */
+static int reuse_bind(unsigned int port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, ret = 0;
+
+	if (fd < 0)
+		return errno;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (void *)&sin, sizeof(sin)))
+		ret = errno;
+	close(fd);
+	return ret;
+}
+
+/*
+ * A kernel-CM connection's local port, while connected and in TIME_WAIT
+ * after, does not block a SO_REUSEADDR bind() to it. rdma_cm (siw, RNICs
+ * without iwpmd) picks its active ports from its own port space and binds
+ * them so: before, kiwarp's connecting socket lacked SO_REUSEADDR and an
+ * rdma_cm connect that drew the port of a kiwarp connection of the last
+ * minute failed with EADDRINUSE (interop, rping against kiwarp-rping).
+ */
+TEST(kernel_cm_port_reusable_by_rdma_cm)
+{
+	struct end a = { .sock = -1 }, b = { .sock = -1 };
+	struct kw_listener *l;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct kw_conn_param pa = { .mpa_rev = 2 }, pb = { .mpa_rev = 2 };
+	struct kw_conn_request req;
+	unsigned int lport, eport, twport = 0;
+	int go[2], st, i;
+	pid_t pid;
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(end_init(&b, 65536, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(kw_listen(b.dev, (void *)&sin, sizeof(sin), 4, &l), 0);
+	lport = kw_listener_port(l);
+	sin.sin_port = htons(lport);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		char c;
+
+		close(go[1]);
+		if (end_init(&a, 65536, KIWARP_ACCESS_ALL))
+			_exit(2);
+		if (kw_connect_addr(a.qp, (void *)&sin, sizeof(sin), &pa,
+				    NULL, 0, &a.res))
+			_exit(3);
+		/* the initiator closes first: its port goes to TIME_WAIT */
+		if (read(go[0], &c, 1) != 0)
+			_exit(4);
+		_exit(0);
+	}
+	close(go[0]);
+	ASSERT_EQ(kw_accept(b.qp, -1, l, 20000, &req), 0);
+	ASSERT_EQ(kw_accept_reply(b.qp, KIWARP_REPLY_ACCEPT, &pb, NULL, 0,
+				  &b.res), 0);
+	eport = tcp_local_port(lport, 1);
+	ASSERT_NE(eport, 0);
+	EXPECT_EQ(reuse_bind(eport), 0);
+	close(go[1]);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	for (i = 0; i < 100 && twport != eport; i++) {
+		usleep(50000);
+		twport = tcp_local_port(lport, 6);
+	}
+	/* precondition: the initiator's side is the one in TIME_WAIT */
+	ASSERT_EQ(twport, eport);
+	EXPECT_EQ(reuse_bind(eport), 0);
+	kw_destroy_listener(l);
+	end_fini(&b);
+}
+
+/*
  * /dev/kiwarp is usable without privileges, bounded by RLIMIT_MEMLOCK:
  * registered memory and ring memory count against it.
  */
