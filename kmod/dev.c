@@ -172,6 +172,7 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	 * matched exactly) is used and copied back; clearing just that
 	 * spares the doorbell, the hot command, a clear of the whole union.
 	 */
+	kw_ctx_note_cpu(ctx);
 	memset(&arg, 0, size);
 	if ((_IOC_DIR(cmd) & _IOC_WRITE) && copy_from_user(&arg, up, size))
 		return -EFAULT;
@@ -209,6 +210,7 @@ static __poll_t dev_poll(struct file *file, struct poll_table_struct *wait)
 {
 	struct kw_ctx *ctx = file->private_data;
 
+	kw_ctx_note_cpu(ctx);
 	poll_wait(file, &ctx->ev_wait, wait);
 	return kfifo_is_empty(&ctx->ev_fifo) ? 0 : EPOLLIN | EPOLLRDNORM;
 }
@@ -244,6 +246,7 @@ static ssize_t dev_read(struct file *file, char __user *ubuf, size_t count,
 		return -EINVAL;
 	if (!want)
 		return 0;
+	kw_ctx_note_cpu(ctx);
 
 	while (!done) {
 		if (kfifo_is_empty(&ctx->ev_fifo)) {
@@ -297,6 +300,7 @@ struct kw_ctx *kw_ctx_alloc(void)
 	init_waitqueue_head(&ctx->ev_wait);
 	ctx->mm = current->mm;
 	mmgrab(ctx->mm);
+	ctx->home_cpu = raw_smp_processor_id();
 	return ctx;
 }
 

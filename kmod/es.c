@@ -778,6 +778,7 @@ static bool es_process(struct kw_es *es)
 	lockdep_assert_held(&es->lock);
 	if (es->state != ES_RUN)
 		return false;
+	kw_ctx_note_cpu(es->ctx);	/* the stream's user: Read Responses */
 	while (kw_cq_poll_kernel(es->cq, &cqe)) {
 		any = true;
 		if (cqe.opcode != KIWARP_WR_RECV && (cqe.wr_id >> 56))

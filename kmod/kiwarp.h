@@ -98,7 +98,23 @@ struct kw_ctx {
 	 */
 	struct kw_paths *paths;
 	bool one_qp;
+	/* the CPU the owner last called in on (kw_ctx_note_cpu()) */
+	int home_cpu;
 };
+
+/*
+ * Note the caller's CPU as the context's home: a Read Response goes out
+ * from there when the Read Request reached us in another task's time
+ * (kw_qp_kick_tx_peer()). Any task, lockless: a stale value only picks a
+ * worse CPU.
+ */
+static inline void kw_ctx_note_cpu(struct kw_ctx *ctx)
+{
+	int cpu = raw_smp_processor_id();
+
+	if (READ_ONCE(ctx->home_cpu) != cpu)
+		WRITE_ONCE(ctx->home_cpu, cpu);
+}
 
 struct kw_pd {
 	u32 handle;

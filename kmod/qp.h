@@ -313,6 +313,7 @@ bool kw_qp_sq_complete(struct kw_qp *qp);
 bool kw_qp_zc_in_tcp(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
+void kw_qp_kick_tx_peer(struct kw_qp *qp);
 void kw_qp_queue(struct kw_qp *qp, struct work_struct *w);
 void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w);
 bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);

@@ -509,7 +509,7 @@ static int rx_read_req(struct kw_qp *qp, const u8 *payload, struct kw_term *t)
 	if (qp->rtr_wait && qp->mpa.rtr == KW_RTR_READ && !r.size)
 		WRITE_ONCE(qp->rtr_wait, false);
 	spin_unlock_bh(&qp->lock);
-	kw_qp_kick_tx(qp);
+	kw_qp_kick_tx_peer(qp);
 	return 0;
 bad:
 	if (mr)
