@@ -800,22 +800,27 @@ void kw_qp_kick_tx(struct kw_qp *qp)
  * The transmit a peer's Read Request asks for: its Response. The request
  * is taken from TCP in whatever context received the segment. An idle
  * CPU (a NIC's interrupt, RPS) or a kernel thread (ksoftirqd, our own
- * worker) queues tx_work on its own CPU, as kw_qp_kick_tx() does. But
- * when the segment came from a same-host peer, the receive ran inside
- * the sender's system call: the requester, busy-polling for the
- * response, would lose its CPU to the worker that makes it. A task's
- * time is also not what another user's QP should spend. So then the
- * worker runs on the CPU the QP's owner last called in on (kw_ctx_note_cpu;
- * a responder's application usually sleeps there). 64 B Read latency on
- * loopback 79 -> 41 us (performance.md, "RDMA Read latency").
+ * worker) queues tx_work on its own CPU, as kw_qp_kick_tx() does. When
+ * the receive ran in a user task's time instead (a same-host peer's send
+ * runs it inside that system call; a NIC's interrupt may land on a busy
+ * CPU), that task would lose its CPU to the worker: on loopback it is the
+ * requester, busy-polling for this very Response. So then the worker
+ * runs on the CPU where the QP's owner (any holder of its /dev/kiwarp
+ * file) last called in (kw_ctx_note_cpu(); a responder's application
+ * usually sleeps there). Like any softirq work this is not confined to
+ * the owner's current cpuset: the note may be from before a move. 64 B
+ * Read latency on loopback 79 -> 41 us (performance.md, "RDMA Read
+ * latency").
  */
 void kw_qp_kick_tx_peer(struct kw_qp *qp)
 {
-	int cpu = READ_ONCE(qp->ctx->home_cpu);
 	bool queued;
+	int cpu;
 
 	if (READ_ONCE(qp->dying))
 		return;
+	/* the receive path runs with the QP installed: ctx outlives it */
+	cpu = READ_ONCE(qp->ctx->home_cpu);
 	kref_get(&qp->ref);
 	/* an offline CPU's work would run anywhere: local is as good */
 	if ((current->flags & PF_KTHREAD) || cpu == raw_smp_processor_id() ||

@@ -1173,8 +1173,12 @@ static unsigned int tcp_local_port(unsigned int rport, unsigned int st)
 	return port;
 }
 
-/* bind() of a SO_REUSEADDR socket to 127.0.0.1:port, as rdma_cm's do: errno */
-static int reuse_bind(unsigned int port)
+/*
+ * bind() of a SO_REUSEADDR socket to 127.0.0.1:port, as rdma_cm's do, and
+ * if rport, then a connect() to 127.0.0.1:rport: the errno of the first
+ * that failed, or 0.
+ */
+static int reuse_bind(unsigned int port, unsigned int rport)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_port = htons(port) };
@@ -1184,8 +1188,13 @@ static int reuse_bind(unsigned int port)
 		return errno;
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (void *)&sin, sizeof(sin)))
+	if (bind(fd, (void *)&sin, sizeof(sin))) {
 		ret = errno;
+	} else if (rport) {
+		sin.sin_port = htons(rport);
+		if (connect(fd, (void *)&sin, sizeof(sin)))
+			ret = errno;
+	}
 	close(fd);
 	return ret;
 }
@@ -1237,7 +1246,9 @@ TEST(kernel_cm_port_reusable_by_rdma_cm)
 				  &b.res), 0);
 	eport = tcp_local_port(lport, 1);
 	ASSERT_NE(eport, 0);
-	EXPECT_EQ(reuse_bind(eport), 0);
+	EXPECT_EQ(reuse_bind(eport, 0), 0);
+	/* but the live connection's own four-tuple stays its own */
+	EXPECT_EQ(reuse_bind(eport, lport), EADDRNOTAVAIL);
 	close(go[1]);
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -1247,7 +1258,7 @@ TEST(kernel_cm_port_reusable_by_rdma_cm)
 	}
 	/* precondition: the initiator's side is the one in TIME_WAIT */
 	ASSERT_EQ(twport, eport);
-	EXPECT_EQ(reuse_bind(eport), 0);
+	EXPECT_EQ(reuse_bind(eport, 0), 0);
 	kw_destroy_listener(l);
 	end_fini(&b);
 }
