@@ -166,13 +166,13 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 		return -ENOTTY;
 	if (WARN_ON_ONCE(size > sizeof(arg)))
 		return -ENOTTY;
+	kw_ctx_note_cpu(ctx);
 
 	/*
 	 * Only the command's own member (size bytes: the command word was
 	 * matched exactly) is used and copied back; clearing just that
 	 * spares the doorbell, the hot command, a clear of the whole union.
 	 */
-	kw_ctx_note_cpu(ctx);
 	memset(&arg, 0, size);
 	if ((_IOC_DIR(cmd) & _IOC_WRITE) && copy_from_user(&arg, up, size))
 		return -EFAULT;
