@@ -1264,6 +1264,120 @@ TEST(kernel_cm_port_reusable_by_rdma_cm)
 }
 
 /*
+ * Over loopback a Read Request is received inside the requester's
+ * doorbell, and its Response is made on the CPU where the responder's
+ * owner last called in (kw_qp_kick_tx_peer()): here another process,
+ * pinned to the other CPU, killed while Reads stream in. Every Read
+ * completes or is flushed, nothing stays pinned, and the kernel log stays
+ * clean (vm-run).
+ */
+TEST(read_responder_killed_mid_reads)
+{
+	struct end a = { .sock = -1 };
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct kw_conn_param pa = { .mpa_rev = 2 };
+	long base = pinned_pages();
+	uint64_t rg[3];		/* the responder's port, buffer and STag */
+	unsigned posted = 0, done = 0, ok = 0, failed = 0, i;
+	double t_kill, deadline;
+	bool killed = false;
+	int info[2], st;
+	cpu_set_t cs;
+	pid_t pid;
+
+	ASSERT_GE(base, 0);
+	ASSERT_EQ(pipe(info), 0);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		/* the responder: listens, accepts, then only sleeps */
+		struct kw_conn_param pb = { .mpa_rev = 2 };
+		struct end b = { .sock = -1 };
+		struct kw_conn_request req;
+		struct kw_listener *l;
+		uint64_t v[3];
+
+		close(info[0]);
+		CPU_ZERO(&cs);
+		CPU_SET(0, &cs);
+		sched_setaffinity(0, sizeof(cs), &cs);
+		if (end_init(&b, MIB, KIWARP_ACCESS_ALL) ||
+		    kw_listen(b.dev, (void *)&sin, sizeof(sin), 4, &l))
+			_exit(2);
+		v[0] = kw_listener_port(l);
+		v[1] = (uintptr_t)b.buf;
+		v[2] = b.mr->stag;
+		if (write(info[1], v, sizeof(v)) != sizeof(v))
+			_exit(3);
+		if (kw_accept(b.qp, -1, l, 20000, &req) ||
+		    kw_accept_reply(b.qp, KIWARP_REPLY_ACCEPT, &pb, NULL, 0,
+				    &b.res))
+			_exit(4);
+		for (;;)	/* an ioctl now and then: its CPU is noted */
+			kw_wait_cq(b.scq, 1000);
+	}
+	close(info[1]);
+	CPU_ZERO(&cs);
+	CPU_SET(1, &cs);
+	sched_setaffinity(0, sizeof(cs), &cs);	/* one CPU: stays where it is */
+	ASSERT_EQ(read(info[0], rg, sizeof(rg)), (ssize_t)sizeof(rg));
+	sin.sin_port = htons((uint16_t)rg[0]);
+	ASSERT_EQ(end_init(&a, MIB, KIWARP_ACCESS_ALL), 0);
+	/* the initiator: the responder sends nothing before our first FPDU */
+	ASSERT_EQ(kw_connect_addr(a.qp, (void *)&sin, sizeof(sin), &pa, NULL,
+				  0, &a.res), 0);
+	t_kill = now() + 1;
+	deadline = t_kill + 30;
+	while (now() < deadline && (!failed || done != posted)) {
+		struct kiwarp_cqe e[16];
+		int n;
+
+		/* 8 Reads of 64 KiB in flight until the first one fails */
+		while (!failed && posted - done < 8) {
+			struct kiwarp_sge sge = {
+				.addr = (uintptr_t)a.buf + (posted % 16) * 65536,
+				.length = 65536, .lkey = a.mr->stag };
+			struct kw_send_wr wr = {
+				.wr_id = posted, .opcode = KIWARP_WR_RDMA_READ,
+				.flags = KW_SEND_SIGNALED, .num_sge = 1,
+				.sg_list = &sge,
+				.remote_addr = rg[1] + (posted % 16) * 65536,
+				.rkey = (uint32_t)rg[2],
+			};
+
+			if (kw_post_send(a.qp, &wr, 1) != 1)
+				break;
+			posted++;
+		}
+		n = kw_poll_cq(a.scq, 16, e);
+		ASSERT_GE(n, 0);
+		for (i = 0; i < (unsigned)n; i++) {
+			done++;
+			if (e[i].status == KIWARP_WC_SUCCESS)
+				ok++;
+			else
+				failed++;
+		}
+		if (!killed && now() > t_kill) {
+			EXPECT_GT(ok, 0);	/* Responses came, before */
+			kill(pid, SIGKILL);
+			killed = true;
+		}
+	}
+	EXPECT_TRUE(killed);
+	EXPECT_GT(failed, 0);	/* the QP went to error and flushed */
+	EXPECT_EQ(done, posted);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFSIGNALED(st));
+	close(info[0]);
+	end_fini(&a);
+	for (i = 0; i < 200 && pinned_pages() != base; i++)
+		usleep(20000);
+	EXPECT_EQ(pinned_pages(), base);
+}
+
+/*
  * /dev/kiwarp is usable without privileges, bounded by RLIMIT_MEMLOCK:
  * registered memory and ring memory count against it.
  */
