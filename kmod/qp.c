@@ -768,27 +768,30 @@ static void err_work(struct work_struct *w)
 }
 
 /*
- * Queue one of the QP's work items. A queued item holds a QP reference,
- * dropped by the item when it has run (or by teardown if it cancels it), so
- * a work item never outlives the QP even when queued by a racing ioctl.
+ * Queue one of the QP's work items on wq, on cpu (WORK_CPU_UNBOUND: this
+ * one). A queued item holds a QP reference, dropped by the item when it
+ * has run (or by teardown if it cancels it), so a work item never outlives
+ * the QP even when queued by a racing ioctl.
  */
-void kw_qp_queue(struct kw_qp *qp, struct work_struct *w)
+static void qp_queue_on(struct kw_qp *qp, int cpu,
+			struct workqueue_struct *wq, struct work_struct *w)
 {
 	if (READ_ONCE(qp->dying))
 		return;
 	kref_get(&qp->ref);
-	if (!queue_work(kw_wq, w))
+	if (!queue_work_on(cpu, wq, w))
 		kw_qp_put(qp);
+}
+
+void kw_qp_queue(struct kw_qp *qp, struct work_struct *w)
+{
+	qp_queue_on(qp, WORK_CPU_UNBOUND, kw_wq, w);
 }
 
 /* The same at normal priority (kw_bulk_wq): see kw_tx_work(). */
 void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w)
 {
-	if (READ_ONCE(qp->dying))
-		return;
-	kref_get(&qp->ref);
-	if (!queue_work(kw_bulk_wq, w))
-		kw_qp_put(qp);
+	qp_queue_on(qp, WORK_CPU_UNBOUND, kw_bulk_wq, w);
 }
 
 void kw_qp_kick_tx(struct kw_qp *qp)
@@ -814,22 +817,14 @@ void kw_qp_kick_tx(struct kw_qp *qp)
  */
 void kw_qp_kick_tx_peer(struct kw_qp *qp)
 {
-	bool queued;
-	int cpu;
-
-	if (READ_ONCE(qp->dying))
-		return;
 	/* the receive path runs with the QP installed: ctx outlives it */
-	cpu = READ_ONCE(qp->ctx->home_cpu);
-	kref_get(&qp->ref);
+	int cpu = READ_ONCE(qp->ctx->home_cpu);
+
 	/* an offline CPU's work would run anywhere: local is as good */
 	if ((current->flags & PF_KTHREAD) || cpu == raw_smp_processor_id() ||
 	    !cpu_online(cpu))
-		queued = queue_work(kw_wq, &qp->tx_work);
-	else
-		queued = queue_work_on(cpu, kw_wq, &qp->tx_work);
-	if (!queued)
-		kw_qp_put(qp);
+		cpu = WORK_CPU_UNBOUND;
+	qp_queue_on(qp, cpu, kw_wq, &qp->tx_work);
 }
 
 /* --------------------------------------------------------------- ioctls */
