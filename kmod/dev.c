@@ -154,7 +154,8 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 {
 	struct kw_ctx *ctx = file->private_data;
 	void __user *up = (void __user *)uarg;
-	union kw_ioctl_arg arg;
+	/* only its first size bytes are used: cleared below */
+	union kw_ioctl_arg arg __uninitialized;
 	unsigned int nr = _IOC_NR(cmd);
 	size_t size = _IOC_SIZE(cmd);
 	long ret;

@@ -24,6 +24,7 @@
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
+#include <linux/rhashtable.h>
 #include <linux/kref.h>
 #include <linux/wait.h>
 #include <linux/kfifo.h>
@@ -132,8 +133,9 @@ struct kw_pd {
 struct kw_mr {
 	struct kref ref;
 	struct rcu_head rcu;
+	struct rhash_head stag_node;	/* in the STag table (mem.c) */
 	u32 handle;
-	u32 stag;
+	u32 stag;			/* its key: never changes */
 	u32 pd_id;
 	u32 access;		/* KIWARP_ACCESS_* */
 	bool valid;		/* READ_ONCE/WRITE_ONCE: cleared by invalidate */

@@ -8,7 +8,7 @@
  *
  * MRs pin user memory for their whole life. An MR is reachable two ways:
  *  - by handle, in ctx->mrs (ioctl only, under ctx->lock);
- *  - by STag, in the device-wide kw_stags xarray, from any context
+ *  - by STag, in the device-wide kw_stags hash table, from any context
  *    (softirq receive, tx worker, ioctl) with kw_mr_get(), which takes a
  *    kref under RCU. The STag table holds one reference.
  * Deregistration erases both entries and drops the table's reference. The
@@ -37,6 +37,7 @@
 #include <linux/idr.h>
 #include <linux/overflow.h>
 #include <linux/random.h>
+#include <linux/jhash.h>
 #include <linux/rcupdate.h>
 #include <linux/capability.h>
 #include <linux/backing-dev.h>
@@ -45,10 +46,39 @@
 #include "kiwarp.h"
 
 /*
- * STag -> struct kw_mr, device-wide. Writers hold its internal xa_lock
- * (process context only); readers use RCU (kw_mr_get).
+ * STag -> struct kw_mr, device-wide. Writers (process context only) take
+ * its bucket locks inside rhashtable; readers use RCU (kw_mr_get). A hash
+ * table rather than an xarray: STags are random 32-bit values, so every
+ * xarray lookup descended six levels, twice per message (the sender's
+ * lkey, the receiver's STag; tools/dev/insncount.md counted ~230
+ * instructions each).
  */
-static DEFINE_XARRAY(kw_stags);
+/*
+ * Mixed with the table's secret seed: a user who keeps only the MRs whose
+ * STags share some bits must not be able to build long chains (a plain
+ * XOR would keep equal low bits equal, whatever the seed).
+ */
+static u32 stag_hash(const void *data, u32 len, u32 seed)
+{
+	return jhash_1word(*(const u32 *)data, seed);
+}
+
+static int stag_cmp(struct rhashtable_compare_arg *arg, const void *obj)
+{
+	const struct kw_mr *mr = obj;
+
+	return mr->stag != *(const u32 *)arg->key;
+}
+
+static const struct rhashtable_params kw_stag_params = {
+	.key_len = sizeof(u32),
+	.key_offset = offsetof(struct kw_mr, stag),
+	.head_offset = offsetof(struct kw_mr, stag_node),
+	.hashfn = stag_hash,
+	.obj_cmpfn = stag_cmp,
+	.automatic_shrinking = true,
+};
+static struct rhashtable kw_stags;
 /* Device-wide unique PD ids; internally locked. */
 static DEFINE_IDA(kw_pd_ida);
 /* Deferred MR release (unpin may sleep; the last put may be in softirq). */
@@ -221,7 +251,7 @@ struct kw_mr *kw_mr_get(u32 stag)
 	struct kw_mr *mr;
 
 	rcu_read_lock();
-	mr = xa_load(&kw_stags, stag);
+	mr = rhashtable_lookup(&kw_stags, &stag, kw_stag_params);
 	if (mr && !kref_get_unless_zero(&mr->ref))
 		mr = NULL;
 	rcu_read_unlock();
@@ -319,17 +349,21 @@ err_unpin:
 /* Insert mr into the STag table under a fresh random non-zero STag. */
 static int mr_assign_stag(struct kw_mr *mr)
 {
-	int tries, ret = -EBUSY;
+	int tries, ret = -EEXIST;
 
-	for (tries = 0; tries < STAG_TRIES && ret == -EBUSY; tries++) {
+	for (tries = 0; tries < STAG_TRIES && ret == -EEXIST; tries++) {
 		u32 stag = get_random_u32();
 
 		if (!stag)
 			continue;
 		mr->stag = stag;
-		ret = xa_insert(&kw_stags, stag, mr, GFP_KERNEL_ACCOUNT);
+		ret = rhashtable_lookup_insert_fast(&kw_stags, &mr->stag_node,
+						    kw_stag_params);
 	}
-	return ret == -EBUSY ? -ENOSPC : ret;
+	if (ret == -EEXIST)
+		return -ENOSPC;
+	/* the table could not grow in time (-EBUSY): out of memory */
+	return ret ? -ENOMEM : 0;
 }
 
 static int mr_validate(const struct kiwarp_reg_mr *arg)
@@ -563,7 +597,7 @@ static void mr_revoke(struct kw_mr *mr)
 static void mr_unlink(struct kw_ctx *ctx, struct kw_mr *mr)
 {
 	lockdep_assert_held(&ctx->lock);
-	xa_erase(&kw_stags, mr->stag);
+	rhashtable_remove_fast(&kw_stags, &mr->stag_node, kw_stag_params);
 	xa_erase(&ctx->mrs, mr->handle);
 	/*
 	 * mr->pd and mr->ctx dangle from here on: holders of a reference
@@ -791,9 +825,15 @@ int kw_mr_invalidate(u32 stag, u32 pd_id)
 
 int kw_mem_init(void)
 {
+	int ret = rhashtable_init(&kw_stags, &kw_stag_params);
+
+	if (ret)
+		return ret;
 	kw_mem_wq = alloc_workqueue("kiwarp_mr", WQ_UNBOUND, 0);
-	if (!kw_mem_wq)
+	if (!kw_mem_wq) {
+		rhashtable_destroy(&kw_stags);
 		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -804,7 +844,7 @@ void kw_mem_exit(void)
 	 * files are open and the QP layer has exited).
 	 */
 	destroy_workqueue(kw_mem_wq);
-	WARN_ON(!xa_empty(&kw_stags));
-	xa_destroy(&kw_stags);
+	WARN_ON(atomic_read(&kw_stags.nelems));
+	rhashtable_destroy(&kw_stags);
 	ida_destroy(&kw_pd_ida);
 }

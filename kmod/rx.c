@@ -716,7 +716,7 @@ static const struct kw_rx_ops kw_rx_ops = {
 static u32 rx_feed(struct kw_rx *rx, struct sk_buff *skb, u32 offset,
 		   u32 len, struct kw_rx_src *src)
 {
-	struct skb_seq_state st;
+	struct skb_seq_state st __uninitialized;	/* set up in full below */
 	u32 consumed = 0, n;
 	const u8 *data;
 

@@ -1316,16 +1316,7 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	lockdep_assert_held(&qp->lock);
 	tx_hold_sges(qp, wr);
 	qp->tx_kind = KW_TXK_SQ;
-	/*
-	 * Only we write to this socket and the previous message is
-	 * entirely in TCP, so the WR's data ends exactly its wire length
-	 * past write_seq. Knowing that before the first byte goes out, a
-	 * flush racing with the end of the transmission can tell a
-	 * delivered WR from an undelivered one.
-	 */
 	wr->byte_len = wr->len;
-	wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
-		      kw_tx_msg_wire_len(&qp->tx_msg);
 	/*
 	 * Up to copy_max bytes are copied into the socket and the WR
 	 * completes as soon as TCP has them (tx_finish()); larger ones go
@@ -1335,8 +1326,8 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	 * owner never rewrites what an skb holds (tx_guarded: the kernel's
 	 * own, es.c's send buffer) they go by page reference too, but
 	 * complete as a copy does: the owner, not the WR, waits for the
-	 * pages. With markers every WR is copied, so end_seq (used only
-	 * for WRs awaiting their ACK) leaves markers out.
+	 * pages. With markers every WR is copied, so end_seq (below)
+	 * leaves markers out.
 	 */
 	qp->tx_byref = tx_sges_guarded(qp) && wr->len > qp->copy_max &&
 		       !qp->mpa.markers_tx;
@@ -1349,6 +1340,17 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	}
 	wr->await_ack = !qp->tx_copy;
 	wr->held = !qp->tx_copy;
+	/*
+	 * Only we write to this socket and the previous message is
+	 * entirely in TCP, so the WR's data ends exactly its wire length
+	 * past write_seq. Knowing that before the first byte goes out, a
+	 * flush racing with the end of the transmission can tell a
+	 * delivered WR from an undelivered one. Only a WR that awaits its
+	 * ACK looks at it (wr_acked()).
+	 */
+	if (wr->await_ack)
+		wr->end_seq = READ_ONCE(tcp_sk(qp->sock->sk)->write_seq) +
+			      kw_tx_msg_wire_len(&qp->tx_msg);
 }
 
 /*
