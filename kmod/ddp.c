@@ -158,7 +158,9 @@ int kw_tx_fpdu_next(const struct kw_tx_msg *msg, u32 *off,
 		h.mo = *off;
 	}
 
-	memset(f, 0, sizeof(*f));
+	/* field by field: hdr is written up to hdr_len, which is all any
+	 * caller reads (the whole array is large for a per-FPDU clear) */
+	memset(f->trailer, 0, sizeof(f->trailer));
 	ulpdu = hlen + seg + (op_inline(msg->opcode) ? msg->inline_len : 0);
 	/* RFC 5044 section 4.1: ULPDU length field */
 	put_unaligned_be16((u16)ulpdu, f->hdr);

@@ -85,18 +85,25 @@ static void qp_free(struct kref *ref)
 	kfree(qp->orq);
 	kfree(qp->irq);
 	kvfree(qp->tx_bvec);
-	kfree(qp);
+	kfree_rcu(qp, rcu);	/* kw_qp_get() may still be looking at it */
 }
 
+/*
+ * A reference to the QP with this handle, or NULL. Lockless: ctx->qps is
+ * read under RCU and the struct outlives a grace period after its last
+ * put (qp_free()), so a QP being destroyed is either still referenced
+ * (and dying tells the caller, as for a reference taken just before the
+ * handle went) or found with a zero count and skipped.
+ */
 struct kw_qp *kw_qp_get(struct kw_ctx *ctx, u32 handle)
 {
 	struct kw_qp *qp;
 
-	xa_lock(&ctx->qps);
+	rcu_read_lock();
 	qp = xa_load(&ctx->qps, handle);
 	if (qp && !kref_get_unless_zero(&qp->ref))
 		qp = NULL;
-	xa_unlock(&ctx->qps);
+	rcu_read_unlock();
 	return qp;
 }
 

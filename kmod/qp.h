@@ -103,6 +103,12 @@ struct kw_rx_src {
  * the socket's network namespace, bound device and peer address, set when
  * the socket is attached and constant from then on.
  */
+/*
+ * Glue (a trailer and the next header) of a batch TCP copies: an SQ
+ * message's header (tagged, the larger) and the previous FPDU's trailer.
+ */
+#define KW_TX_GLUE	32
+
 struct kw_path {
 	u64 net;		/* net_cookie */
 	struct in6_addr addr;	/* IPv4 as v4-mapped */
@@ -113,6 +119,7 @@ struct kw_path {
 
 struct kw_qp {
 	struct kref ref;
+	struct rcu_head rcu;	/* freed after a grace period: kw_qp_get() */
 	u32 handle;
 	struct kw_ctx *ctx;
 	struct kw_pd *pd;
@@ -266,6 +273,9 @@ struct kw_qp {
 	bool tx_batch_copy;	/* a page TCP must copy (!sendpage_ok) */
 	u8 tx_trl[8];		/* last FPDU's trailer, not yet in tx_bvec */
 	u32 tx_trl_len;
+	/* a copied batch's first glue pieces: TCP copies them (tx.c) */
+	u8 tx_glue[2][KW_TX_GLUE];
+	u32 tx_nglue;
 	struct page_frag_cache tx_frag_cache;
 	u8 *tx_frags[KW_TX_BATCH_FPDUS + 1];	/* our refs until TCP has them */
 	u32 tx_nfrags;

@@ -84,6 +84,7 @@ static void tx_batch_reset(struct kw_qp *qp)
 	for (i = 0; i < qp->tx_nfrags; i++)
 		page_frag_free(qp->tx_frags[i]);
 	qp->tx_nfrags = 0;
+	qp->tx_nglue = 0;
 	qp->tx_nbv = 0;
 	qp->tx_batch_len = 0;
 	qp->tx_batch_sent = 0;
@@ -598,6 +599,30 @@ static int tx_next_fpdu(struct kw_qp *qp)
 	return 0;
 }
 
+/*
+ * Room in the QP itself for len glue bytes of a batch that TCP copies as
+ * it takes it (tx_push_pages(): an SQ message sent by copy), or NULL. A
+ * small message's two pieces (its header, then its trailer) need no page
+ * fragment then, nor the page reference that goes with one. Kept until
+ * the batch is reset: TCP may take a batch in several calls.
+ */
+static u8 *tx_glue_copied(struct kw_qp *qp, u32 len)
+{
+	u8 *p;
+
+	BUILD_BUG_ON(2 + KW_DDP_UNTAGGED_HDR_LEN + 7 > KW_TX_GLUE);
+	if (qp->tx_kind != KW_TXK_SQ || !qp->tx_copy || qp->tx_byref ||
+	    qp->mpa.markers_tx || qp->tx_nglue >= ARRAY_SIZE(qp->tx_glue) ||
+	    len > KW_TX_GLUE)
+		return NULL;
+	p = qp->tx_glue[qp->tx_nglue];
+	/* one bvec entry describes one page of it */
+	if (offset_in_page(p) + len > PAGE_SIZE)
+		return NULL;
+	qp->tx_nglue++;
+	return p;
+}
+
 /* Header and trailer bytes between two payloads, in one page fragment. */
 #define KW_TX_FRAG	roundup_pow_of_two(KW_TX_HDR_MAX + sizeof_field(struct kw_tx_fpdu, trailer))
 
@@ -621,12 +646,16 @@ static int tx_batch_glue(struct kw_qp *qp, const u8 *hdr, u32 hdr_len)
 			 qp->tx_nfrags >= ARRAY_SIZE(qp->tx_frags) ||
 			 qp->tx_nbv >= qp->tx_bvec_max))
 		return -EIO;
-	p = page_frag_alloc(&qp->tx_frag_cache, KW_TX_FRAG, GFP_KERNEL_ACCOUNT);
-	if (!p)
-		return -ENOMEM;
-	qp->tx_frags[qp->tx_nfrags++] = p;
-	if (WARN_ON_ONCE(offset_in_page(p) + KW_TX_FRAG > PAGE_SIZE))
-		return -EIO;
+	p = tx_glue_copied(qp, len);
+	if (!p) {
+		p = page_frag_alloc(&qp->tx_frag_cache, KW_TX_FRAG,
+				    GFP_KERNEL_ACCOUNT);
+		if (!p)
+			return -ENOMEM;
+		qp->tx_frags[qp->tx_nfrags++] = p;
+		if (WARN_ON_ONCE(offset_in_page(p) + KW_TX_FRAG > PAGE_SIZE))
+			return -EIO;
+	}
 	memcpy(p, qp->tx_trl, qp->tx_trl_len);
 	memcpy(p + qp->tx_trl_len, hdr, hdr_len);
 	qp->tx_trl_len = 0;
