@@ -169,6 +169,15 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 		return -ENOTTY;
 	kw_ctx_note_cpu(ctx);
 
+	if (cmd == KIWARP_IOC_QP_DOORBELL) {
+		/* the hot command: a fixed-size copy in, nothing out */
+		struct kiwarp_handle h;
+
+		if (copy_from_user(&h, up, sizeof(h)))
+			return -EFAULT;
+		return kw_qp_doorbell(ctx, &h);
+	}
+
 	/*
 	 * Only the command's own member (size bytes: the command word was
 	 * matched exactly) is used and copied back; clearing just that
