@@ -104,8 +104,8 @@ struct kw_rx_src {
  * the socket is attached and constant from then on.
  */
 /*
- * Glue (a trailer and the next header) of a batch TCP copies: an SQ
- * message's header (tagged, the larger) and the previous FPDU's trailer.
+ * Glue of a batch TCP copies: the previous FPDU's trailer (at most 7
+ * bytes) and an SQ message's header (an untagged one, the larger: 2 + 18).
  */
 #define KW_TX_GLUE	32
 
