@@ -50,7 +50,7 @@
  * its bucket locks inside rhashtable; readers use RCU (kw_mr_get). A hash
  * table rather than an xarray: STags are random 32-bit values, so every
  * xarray lookup descended six levels, twice per message (the sender's
- * lkey, the receiver's STag; tools/dev/insncount.md counted ~230
+ * lkey, the receiver's STag; tools/dev/insncount.md counted ~260
  * instructions each).
  */
 /*
