@@ -210,17 +210,27 @@ for r in esr:
         es_seq.setdefault((r["path"], r["rep"], e["transport"]), []).append(e["value"])
 
 
+ES_FASTEST = 3
+
+
 def es_overhead(path):
-    """The preload's cost, % of plain: the median over the pairs of each
-    repeat (the i-th plain run with the i-th preload run, which ran back to
-    back), so that drift between repeats cancels; None without pairs."""
-    d = []
-    for (p, rep, t), plain in es_seq.items():
-        if p != path or t != "tcp":
-            continue
-        for a, b in zip(plain, es_seq.get((p, rep, "preload"), [])):
-            d.append(100.0 * (b - a) / a)
-    return (med(d), len(d)) if d else (None, 0)
+    """The preload's cost, % of plain: the mean of the fastest ES_FASTEST
+    runs (each run's median latency) under the preload against the same
+    for plain runs; the count of runs of each. The host runs in a fast and
+    a third-slower mode that switch within seconds: differences within
+    back-to-back pairs spread +-11 % (2026-11-28, benchmarks.md), the
+    fastest runs of each side agree within about 1 %. None with too few
+    runs."""
+    plain, pre = [], []
+    for (p, rep, t), v in es_seq.items():
+        if p == path:
+            (plain if t == "tcp" else pre).extend(v)
+    n = min(len(plain), len(pre))
+    if n < ES_FASTEST:
+        return None, n
+    a = sum(sorted(plain)[:ES_FASTEST]) / ES_FASTEST
+    b = sum(sorted(pre)[:ES_FASTEST]) / ES_FASTEST
+    return 100.0 * (b - a) / a, n
 es_table = []
 for path in PATHS:
     for test, mode, size in (("stream", "bw", 65536), ("stream", "lat", 64), ("preload", "lat", 64)):
@@ -377,10 +387,10 @@ if es_table:
               "TCP and under `kiwarp-run --iwarp` (an IWARP_MODE stream), and `rstream -T b` "
               "on rsockets over siw; 64 KiB writes (MB/s) and 64 B ping-pong (usec per "
               "transfer). The preload's cost to a program that does not switch: `sockperf pp` "
-              "64 B, average latency, plain and under `kiwarp-run` without `--iwarp`, in pairs "
-              "run back to back (two per repeat, in alternating order); its overhead is the "
-              "median over the pairs of each pair's difference. Medians of the interleaved "
-              "repeats.")
+              "64 B, each run's median latency, plain and under `kiwarp-run` without `--iwarp`, "
+              "one-second runs in back-to-back pairs (alternating order); its overhead compares "
+              "the mean of each side's three fastest runs, as the host's slow mode comes and "
+              "goes within seconds. Medians of the interleaved repeats.")
     md.append("")
     md.append("| path | test | IWARP_MODE | TCP | rsockets/siw | kiwarp/TCP | kiwarp/siw |")
     md.append("|---|---|---:|---:|---:|---:|---:|")
@@ -393,9 +403,9 @@ if es_table:
                 f(e["kiwarp_vs_siw"], 2)))
         else:
             md.append("| %s | sockperf pp 64 B, plain vs under kiwarp-run (usec) | %s | %s | - | "
-                      "overhead %s %% (%d pairs) | - |" % (
+                      "overhead %s %% (fastest %d of %d runs each) | - |" % (
                           e["path"], f(v["preload"], 2), f(v["tcp"], 2),
-                          f(e["overhead_pct"], 1), e["pairs"]))
+                          f(e["overhead_pct"], 1), ES_FASTEST, e["pairs"]))
 md.append("")
 md.append("## Targets (issues 9 and 11)")
 md.append("")
