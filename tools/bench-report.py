@@ -198,7 +198,6 @@ def es_sz(n):
     return "%d KiB" % (n // 1024) if n >= 1024 else "%d B" % n
 
 
-es_seq = {}	# (path, rep, transport) -> preload samples in run order
 for r in esr:
     e = r["es"]
     if e.get("status") != "ok" or e.get("value") is None:
@@ -206,8 +205,6 @@ for r in esr:
         continue
     k = (r["path"], e["test"], e["mode"], e["size"], e["transport"])
     es_samples.setdefault(k, []).append(e["value"])
-    if e["test"] == "preload":
-        es_seq.setdefault((r["path"], r["rep"], e["transport"]), []).append(e["value"])
 
 
 ES_FASTEST = 3
@@ -221,10 +218,8 @@ def es_overhead(path):
     back-to-back pairs spread +-11 % (2026-11-28, benchmarks.md), the
     fastest runs of each side agree within about 1 %. None with too few
     runs."""
-    plain, pre = [], []
-    for (p, rep, t), v in es_seq.items():
-        if p == path:
-            (plain if t == "tcp" else pre).extend(v)
+    plain = es_samples.get((path, "preload", "lat", 64, "tcp"), [])
+    pre = es_samples.get((path, "preload", "lat", 64, "preload"), [])
     n = min(len(plain), len(pre))
     if n < ES_FASTEST:
         return None, n
@@ -245,7 +240,7 @@ for path in PATHS:
             e["kiwarp_vs_tcp"] = ratio(v["kiwarp"], v["tcp"], lat)
             e["kiwarp_vs_siw"] = ratio(v["kiwarp"], v["siw"], lat)
         else:
-            e["overhead_pct"], e["pairs"] = es_overhead(path)
+            e["overhead_pct"], e["runs"] = es_overhead(path)
         es_table.append(e)
         if test == "stream":
             targets.append({"what": "IWARP_MODE stream vs TCP, %s %s" % (mode, es_sz(size)),
@@ -405,7 +400,7 @@ if es_table:
             md.append("| %s | sockperf pp 64 B, plain vs under kiwarp-run (usec) | %s | %s | - | "
                       "overhead %s %% (fastest %d of %d runs each) | - |" % (
                           e["path"], f(v["preload"], 2), f(v["tcp"], 2),
-                          f(e["overhead_pct"], 1), ES_FASTEST, e["pairs"]))
+                          f(e["overhead_pct"], 1), ES_FASTEST, e["runs"]))
 md.append("")
 md.append("## Targets (issues 9 and 11)")
 md.append("")
