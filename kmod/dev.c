@@ -95,6 +95,7 @@ static int dev_query(struct kiwarp_query *q)
 	return 0;
 }
 
+/* Every command but the doorbell, which dev_ioctl() takes itself. */
 static long dev_dispatch(struct kw_ctx *ctx, unsigned int cmd,
 			 union kw_ioctl_arg *a)
 {
@@ -129,8 +130,6 @@ static long dev_dispatch(struct kw_ctx *ctx, unsigned int cmd,
 		return kw_cm_listen(ctx, &a->listen);
 	case KIWARP_IOC_DESTROY_LISTEN:
 		return kw_cm_listen_destroy(ctx, &a->handle);
-	case KIWARP_IOC_QP_DOORBELL:
-		return kw_qp_doorbell(ctx, &a->handle);
 	case KIWARP_IOC_QUERY_QP:
 		return kw_qp_query(ctx, &a->query_qp);
 	case KIWARP_IOC_MODIFY_QP:

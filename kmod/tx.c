@@ -600,6 +600,17 @@ static int tx_next_fpdu(struct kw_qp *qp)
 }
 
 /*
+ * Whether TCP copies the current message's batches as it takes them
+ * (tx_push_pages()): a message sent by copy, not by page reference (a
+ * guarded MR's), and without markers (those batches are our own pages,
+ * passed by reference).
+ */
+static bool tx_msg_copied(const struct kw_qp *qp)
+{
+	return qp->tx_copy && !qp->tx_byref && !qp->mpa.markers_tx;
+}
+
+/*
  * Room in the QP itself for len glue bytes of a batch that TCP copies as
  * it takes it (tx_push_pages(): an SQ message sent by copy), or NULL. A
  * small message's two pieces (its header, then its trailer) need no page
@@ -611,9 +622,8 @@ static u8 *tx_glue_copied(struct kw_qp *qp, u32 len)
 	u8 *p;
 
 	BUILD_BUG_ON(2 + KW_DDP_UNTAGGED_HDR_LEN + 7 > KW_TX_GLUE);
-	if (qp->tx_kind != KW_TXK_SQ || !qp->tx_copy || qp->tx_byref ||
-	    qp->mpa.markers_tx || qp->tx_nglue >= ARRAY_SIZE(qp->tx_glue) ||
-	    len > KW_TX_GLUE)
+	if (qp->tx_kind != KW_TXK_SQ || !tx_msg_copied(qp) ||
+	    qp->tx_nglue >= ARRAY_SIZE(qp->tx_glue) || len > KW_TX_GLUE)
 		return NULL;
 	p = qp->tx_glue[qp->tx_nglue];
 	/* one bvec entry describes one page of it */
@@ -1012,8 +1022,7 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 	if (qp->tx_zc && !qp->tx_batch_copy) {
 		msg.msg_flags |= MSG_ZEROCOPY;
 		msg.msg_ubuf = &qp->tx_zc->ubuf;
-	} else if ((!qp->tx_copy || qp->tx_byref || qp->mpa.markers_tx) &&
-		   !qp->tx_batch_copy) {
+	} else if (!tx_msg_copied(qp) && !qp->tx_batch_copy) {
 		/* our own pages: by reference (a batch with markers, or a
 		 * Read Response, was copied into them: tx_stream_fpdu()),
 		 * or a guarded MR's */
@@ -1042,8 +1051,7 @@ static int tx_push_pages(struct kw_qp *qp, int flags)
 
 	/* one sendmsg(): copies (a tx_zc batch with a slab page too), or
 	 * references the pages for tx_zc */
-	if ((qp->tx_copy && !qp->tx_byref && !qp->mpa.markers_tx) ||
-	    qp->tx_zc) {
+	if (tx_msg_copied(qp) || qp->tx_zc) {
 		struct msghdr msg = { .msg_flags = flags };
 
 		if (!qp->tx_copy && !qp->tx_batch_copy) {
