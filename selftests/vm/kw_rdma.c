@@ -1149,6 +1149,14 @@ TEST(kernel_cm_listen_connect)
 	end_fini(&b);
 }
 
+/* system(cmd)'s exit status, or -1 */
+static int shell(const char *cmd)
+{
+	int st = system(cmd);
+
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /*
  * The local port of the loopback connection to 127.0.0.1:rport in TCP state
  * st (1 ESTABLISHED, 6 TIME_WAIT), or 0.
@@ -1219,6 +1227,14 @@ TEST(kernel_cm_port_reusable_by_rdma_cm)
 	int go[2], st, i;
 	pid_t pid;
 
+	/*
+	 * A network namespace of its own: connect() may share an ephemeral
+	 * port with another four-tuple, and an earlier test's socket without
+	 * SO_REUSEADDR (or its TIME_WAIT) on eport would fail the bind()s
+	 * below whatever kiwarp does (seen on 7.2).
+	 */
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo up"), 0);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ASSERT_EQ(pipe(go), 0);
 	ASSERT_EQ(end_init(&b, 65536, KIWARP_ACCESS_ALL), 0);
@@ -1556,13 +1572,6 @@ TEST(connect_without_pdata_buffer)
  * larger one (by page reference) completes only once acknowledged, after
  * the loss ends. A QP with copy_max 0 copies nothing.
  */
-static int shell(const char *cmd)
-{
-	int st = system(cmd);
-
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void run_copy_max(int *kwt_fail, uint32_t flags, uint32_t copy_max,
 			 int small_completes)
 {
