@@ -827,6 +827,9 @@ void kw_qp_kick_tx_peer(struct kw_qp *qp)
 	/* the receive path runs with the QP installed: ctx outlives it */
 	int cpu = READ_ONCE(qp->ctx->home_cpu);
 
+	/* the requester's own doorbell may send it (tx.c) */
+	if (kw_tx_take_peer(qp))
+		return;
 	/* an offline CPU's work would run anywhere: local is as good */
 	if ((current->flags & PF_KTHREAD) || cpu == raw_smp_processor_id() ||
 	    !cpu_online(cpu))

@@ -399,6 +399,7 @@ bool kw_tx_path_copies(struct kw_qp *qp);
 void kw_path_init(struct kw_path *p, struct sock *sk);
 void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);
+bool kw_tx_take_peer(struct kw_qp *qp);
 
 extern struct workqueue_struct *kw_wq, *kw_bulk_wq;
 

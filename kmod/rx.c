@@ -531,7 +531,7 @@ static int rx_read_resp_seg(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 			    u32 placed, struct kw_term *t)
 {
 	struct kw_orq *o;
-	bool ok;
+	bool ok, kick;
 
 	spin_lock_bh(&qp->lock);
 	if (qp->orq_head == qp->orq_tail) {
@@ -567,10 +567,19 @@ static int rx_read_resp_seg(struct kw_qp *qp, const struct kw_ddp_hdr *h,
 			wr->byte_len = o->len;
 		}
 	}
+	/*
+	 * A pulled WR that tx_pick_sq() left waiting (ORD reached, a fence)
+	 * may go now, and an orderly close may be waiting for the ORQ to
+	 * drain. Otherwise there is nothing for tx_work to do: a worker per
+	 * Response cost the requester's CPU a context switch each way (the
+	 * CQE is posted below, here).
+	 */
+	kick = qp->sq_tx != qp->sq_pulled || qp->state == KIWARP_QPS_CLOSING;
 	spin_unlock_bh(&qp->lock);
 	/* a Write sent by reference after the Read may be the oldest now */
 	kw_qp_wait_acks(qp);
-	kw_qp_kick_tx(qp);	/* a Read waiting for ORD space may go */
+	if (kick)
+		kw_qp_kick_tx(qp);
 	return 0;
 }
 

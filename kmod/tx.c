@@ -1746,18 +1746,103 @@ void kw_tx_bulk_work(struct work_struct *w)
 }
 
 /*
+ * A Read Response owed to a requester on this host, sent by the requester.
+ *
+ * Over loopback, the requester's doorbell sends its Read Request, and the
+ * softirq that runs at the end of that send (still in the requester's
+ * system call) receives it on the responder's socket. The Response then
+ * needs a transmit in process context. A worker on this CPU would preempt
+ * the requester, which polls for that very Response; one on the
+ * responder's CPU must wake that CPU (kw_qp_kick_tx_peer()). Instead, the
+ * doorbell that is running here sends the Response itself, once its own
+ * transmit is over: no wakeup, no context switch, and loopback delivers
+ * the Response to the requester in the same call.
+ *
+ * kw_tx_inline() claims its CPU's slot (task) for the length of its run,
+ * migration disabled so that the slot stays its CPU's; the receive path,
+ * in a softirq that this very task is serving (kw_tx_take_peer()), parks
+ * the responder QP there, with a reference. At most one QP per run; more
+ * go to workers as before. The requester pays this work on its own time,
+ * as on loopback it already pays the responder's receive. The slot is
+ * only ever touched on its CPU, with softirqs off in process context.
+ */
+struct kw_tx_slot {
+	struct task_struct *task;	/* in kw_tx_inline() here, or NULL */
+	struct kw_qp *peer;		/* owes a Response; holds a reference */
+};
+
+static DEFINE_PER_CPU(struct kw_tx_slot, kw_tx_slot);
+
+/*
+ * From the receive path, which has a Read Response to send: true if the
+ * task whose softirq this is will send it at the end of its own transmit
+ * (kw_tx_inline()), false if the caller must queue the transmit.
+ */
+bool kw_tx_take_peer(struct kw_qp *qp)
+{
+	struct kw_tx_slot *slot;
+
+	if (!in_serving_softirq() || (current->flags & PF_KTHREAD))
+		return false;
+	slot = this_cpu_ptr(&kw_tx_slot);
+	if (slot->task != current)
+		return false;
+	if (slot->peer)
+		return slot->peer == qp;	/* one QP per run */
+	if (READ_ONCE(qp->dying))
+		return false;
+	kref_get(&qp->ref);
+	slot->peer = qp;
+	return true;
+}
+
+/*
+ * The parked responder's transmit, in the requester's task: at most two
+ * batches (a Response of up to KW_TX_BATCH_BYTES is one; a run finds out
+ * that nothing is left only by trying for another), the rest by tx_work,
+ * which also takes over if a worker or a doorbell is transmitting for the
+ * QP now or its high-priority share is spent.
+ */
+static void tx_run_peer(struct kw_qp *qp)
+{
+	enum tx_stop stop = TX_BUDGET;
+
+	if (mutex_trylock(&qp->tx_mutex)) {
+		if (!qp->tx_hp_spent)
+			stop = tx_run(qp, 2);
+		mutex_unlock(&qp->tx_mutex);
+	}
+	if (stop == TX_BUDGET)
+		kw_qp_kick_tx(qp);
+	kw_qp_put(qp);	/* the reference kw_tx_take_peer() took */
+}
+
+/*
  * Doorbell: transmit in the caller's context when nobody else is, instead
  * of waking a worker (a busy-polling peer on a small machine would make us
  * wait for a time slice). Sends never block; what TCP cannot take now is
- * finished by tx_work from sk_write_space.
+ * finished by tx_work from sk_write_space. Then a Read Response that our
+ * own Read Request made a responder on this host owe, if any (above).
  */
 void kw_tx_inline(struct kw_qp *qp)
 {
+	struct kw_tx_slot *slot;
+	struct kw_qp *peer = NULL;
 	enum tx_stop stop;
+	bool claimed;
+
+	migrate_disable();
+	local_bh_disable();
+	slot = this_cpu_ptr(&kw_tx_slot);
+	/* another task's run, preempted on this CPU, keeps its claim */
+	claimed = !slot->task;
+	if (claimed)
+		slot->task = current;
+	local_bh_enable();
 
 	if (!mutex_trylock(&qp->tx_mutex)) {
 		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
-		return;
+		goto out;
 	}
 	stop = tx_run(qp, KW_TX_BUDGET);
 	if (stop != TX_BUDGET)
@@ -1765,4 +1850,17 @@ void kw_tx_inline(struct kw_qp *qp)
 	mutex_unlock(&qp->tx_mutex);
 	if (stop == TX_BUDGET)	/* the caller's run, then a normal one */
 		kw_qp_queue_bulk(qp, &qp->tx_bulk_work);	/* kw_tx_work() */
+out:
+	if (claimed) {
+		local_bh_disable();
+		peer = slot->peer;
+		slot->peer = NULL;
+		slot->task = NULL;
+		local_bh_enable();
+	}
+	/* released first: the peer's run parks nothing (its Requests wait
+	 * for workers) */
+	if (peer)
+		tx_run_peer(peer);
+	migrate_enable();
 }
