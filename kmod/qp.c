@@ -820,7 +820,8 @@ void kw_qp_kick_tx(struct kw_qp *qp)
  * usually sleeps there). Like any softirq work this is not confined to
  * the owner's current cpuset: the note may be from before a move. 64 B
  * Read latency on loopback 79 -> 41 us (performance.md, "RDMA Read
- * latency").
+ * latency"). Before all that, a requester's doorbell whose own send
+ * delivered the Request takes the Response over (kw_tx_take_peer()).
  */
 void kw_qp_kick_tx_peer(struct kw_qp *qp)
 {
