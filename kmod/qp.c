@@ -829,8 +829,17 @@ void kw_qp_kick_tx_peer(struct kw_qp *qp)
 	int cpu = READ_ONCE(qp->ctx->home_cpu);
 
 	/* the requester's own doorbell may send it (tx.c) */
-	if (kw_tx_take_peer(qp))
-		return;
+	if (!kw_tx_take_peer(qp, cpu))
+		kw_qp_queue_tx_on(qp, cpu);
+}
+
+/*
+ * tx_work on cpu, the owner's as kw_qp_kick_tx_peer() read it (a QP
+ * reference alone does not keep qp->ctx), unless we are a kernel thread or
+ * on that CPU already.
+ */
+void kw_qp_queue_tx_on(struct kw_qp *qp, int cpu)
+{
 	/* an offline CPU's work would run anywhere: local is as good */
 	if ((current->flags & PF_KTHREAD) || cpu == raw_smp_processor_id() ||
 	    !cpu_online(cpu))

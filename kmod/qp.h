@@ -7,8 +7,10 @@
  *   - ioctl (process): create/destroy, doorbell, query/modify, connect
  *   - receive (softirq, or process context when TCP processes its backlog at
  *     release_sock()): the socket's data_ready callback runs the parser
- *   - tx_work, tx_bulk_work (process, workqueue): every byte the QP
- *     transmits (tx.c: kw_tx_work())
+ *   - transmit (process, under tx_mutex): tx_work and tx_bulk_work
+ *     (workqueue, tx.c: kw_tx_work()), the owner's doorbell inline, and a
+ *     same-host requester's doorbell sending the Response to its own Read
+ *     (tx.c: kw_tx_take_peer())
  *
  * Locking:
  *   qp->lock (spinlock, BH-safe) protects: state, term_*, the SQ shadow
@@ -324,6 +326,7 @@ bool kw_qp_zc_in_tcp(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);
 void kw_qp_kick_tx_peer(struct kw_qp *qp);
+void kw_qp_queue_tx_on(struct kw_qp *qp, int cpu);
 void kw_qp_queue(struct kw_qp *qp, struct work_struct *w);
 void kw_qp_queue_bulk(struct kw_qp *qp, struct work_struct *w);
 bool kw_qp_rq_pull(struct kw_qp *qp, u32 *idx);
@@ -399,7 +402,7 @@ bool kw_tx_path_copies(struct kw_qp *qp);
 void kw_path_init(struct kw_path *p, struct sock *sk);
 void kw_qp_wr_released(struct kw_qp *qp, u32 idx);
 void kw_tx_inline(struct kw_qp *qp);
-bool kw_tx_take_peer(struct kw_qp *qp);
+bool kw_tx_take_peer(struct kw_qp *qp, int cpu);
 
 extern struct workqueue_struct *kw_wq, *kw_bulk_wq;
 

@@ -54,6 +54,7 @@
 #include <linux/jhash.h>
 #include <linux/module.h>
 #include <linux/net.h>
+#include <linux/sched/mm.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -1758,27 +1759,70 @@ void kw_tx_bulk_work(struct work_struct *w)
  * transmit is over: no wakeup, no context switch, and loopback delivers
  * the Response to the requester in the same call.
  *
- * kw_tx_inline() claims its CPU's slot (task) for the length of its run,
- * migration disabled so that the slot stays its CPU's; the receive path,
- * in a softirq that this very task is serving (kw_tx_take_peer()), parks
- * the responder QP there, with a reference. At most one QP per run; more
- * go to workers as before. The requester pays this work on its own time,
- * as on loopback it already pays the responder's receive. The slot is
- * only ever touched on its CPU, with softirqs off in process context.
+ * kw_tx_inline() claims its CPU's slot for its run, under tx_mutex (which
+ * keeps its socket) and with migration disabled (so that the slot stays
+ * its CPU's). The receive path, in a softirq this very task is serving,
+ * parks the responder QP there with a reference (kw_tx_take_peer()), but
+ * only if the responder's socket is the other end of the claimer's own
+ * connection: same network namespace, addresses and ports swapped. Any
+ * other QP whose segments a softirq in this task's time happens to carry
+ * (a NIC's interrupt, a backlog) is someone else's and goes to a worker,
+ * as before: a user's doorbell only ever sends Responses to its own Reads.
+ * At most one QP per run. The slot is only touched on its CPU, with
+ * softirqs off in process context.
  */
 struct kw_tx_slot {
 	struct task_struct *task;	/* in kw_tx_inline() here, or NULL */
+	const struct sock *sk;		/* its QP's socket */
 	struct kw_qp *peer;		/* owes a Response; holds a reference */
+	int peer_cpu;			/* where its tx_work would go */
 };
 
 static DEFINE_PER_CPU(struct kw_tx_slot, kw_tx_slot);
 
+/* Does sk's connection run over IPv4 (an AF_INET6 socket may, mapped)? */
+static bool tx_sk_v4(const struct sock *sk)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	if (sk->sk_family == AF_INET6)
+		return ipv6_addr_v4mapped(&sk->sk_v6_daddr);
+#endif
+	return sk->sk_family == AF_INET;
+}
+
 /*
- * From the receive path, which has a Read Response to send: true if the
- * task whose softirq this is will send it at the end of its own transmit
- * (kw_tx_inline()), false if the caller must queue the transmit.
+ * Is b the other end of a's TCP connection on this host? Either may be an
+ * AF_INET6 socket on an IPv4 connection (a dual-stack listener's child):
+ * then its IPv4 addresses are set as an AF_INET socket's.
  */
-bool kw_tx_take_peer(struct kw_qp *qp)
+static bool tx_sk_is_peer(const struct sock *a, const struct sock *b)
+{
+	bool v4 = tx_sk_v4(a);
+
+	if (!net_eq(sock_net(a), sock_net(b)) || v4 != tx_sk_v4(b) ||
+	    inet_sk(a)->inet_sport != inet_sk(b)->inet_dport ||
+	    inet_sk(a)->inet_dport != inet_sk(b)->inet_sport)
+		return false;
+	if (v4)
+		return a->sk_rcv_saddr == b->sk_daddr &&
+		       a->sk_daddr == b->sk_rcv_saddr;
+#if IS_ENABLED(CONFIG_IPV6)
+	return a->sk_family == AF_INET6 && b->sk_family == AF_INET6 &&
+	       ipv6_addr_equal(&a->sk_v6_rcv_saddr, &b->sk_v6_daddr) &&
+	       ipv6_addr_equal(&a->sk_v6_daddr, &b->sk_v6_rcv_saddr);
+#else
+	return false;
+#endif
+}
+
+/*
+ * From the receive path of qp (its socket is installed: teardown removes
+ * the callbacks first), which has a Read Response to send: true if the
+ * task whose softirq this is will send it at the end of its own transmit
+ * (kw_tx_inline()), false if the caller must queue the transmit on cpu,
+ * where a rest of it will go too.
+ */
+bool kw_tx_take_peer(struct kw_qp *qp, int cpu)
 {
 	struct kw_tx_slot *slot;
 
@@ -1789,31 +1833,95 @@ bool kw_tx_take_peer(struct kw_qp *qp)
 		return false;
 	if (slot->peer)
 		return slot->peer == qp;	/* one QP per run */
-	if (READ_ONCE(qp->dying))
+	if (READ_ONCE(qp->dying) || !tx_sk_is_peer(slot->sk, qp->sock->sk))
 		return false;
 	kref_get(&qp->ref);
 	slot->peer = qp;
+	slot->peer_cpu = cpu;
 	return true;
 }
 
+/* Claim this CPU's slot for the run of a doorbell; false if taken. */
+static bool tx_slot_claim(const struct sock *sk)
+{
+	struct kw_tx_slot *slot;
+	bool claimed;
+
+	local_bh_disable();
+	slot = this_cpu_ptr(&kw_tx_slot);
+	/* another task's run, preempted on this CPU, keeps its claim */
+	claimed = !slot->task;
+	if (claimed) {
+		slot->task = current;
+		slot->sk = sk;
+	}
+	local_bh_enable();
+	return claimed;
+}
+
 /*
- * The parked responder's transmit, in the requester's task: at most two
- * batches (a Response of up to KW_TX_BATCH_BYTES is one; a run finds out
- * that nothing is left only by trying for another), the rest by tx_work,
- * which also takes over if a worker or a doorbell is transmitting for the
- * QP now or its high-priority share is spent.
+ * Release the slot claimed on this CPU: the QP parked there (and its
+ * tx_work's CPU in *cpu), or NULL.
  */
-static void tx_run_peer(struct kw_qp *qp)
+static struct kw_qp *tx_slot_release(int *cpu)
+{
+	struct kw_tx_slot *slot;
+	struct kw_qp *peer;
+
+	local_bh_disable();
+	slot = this_cpu_ptr(&kw_tx_slot);
+	peer = slot->peer;
+	*cpu = slot->peer_cpu;
+	slot->peer = NULL;
+	slot->sk = NULL;
+	slot->task = NULL;
+	local_bh_enable();
+	return peer;
+}
+
+/*
+ * Charge what follows (__GFP_ACCOUNT: transmit page fragments) to sk's
+ * memory cgroup if sockets have one, else leave the charging as it is;
+ * returns what set_active_memcg() restores. sk_memcg holds its reference
+ * for as long as the socket lives, which the caller keeps (tx_mutex).
+ */
+static struct mem_cgroup *tx_charge_to(const struct sock *sk)
+{
+#ifdef CONFIG_MEMCG
+	if (sk->sk_memcg)
+		return set_active_memcg(sk->sk_memcg);
+	return current->active_memcg;
+#else
+	return NULL;
+#endif
+}
+
+/*
+ * The parked responder's transmit, in the requester's task, charged to
+ * the responder socket's memory cgroup where sockets have one (as its own
+ * doorbell would be; else to the requester's, whose Read it answers). At
+ * most three batches: Read Responses go in batches of KW_TX_RESP_BATCH, so
+ * one of up to 64 KiB is two, and a run learns that nothing is left only
+ * by trying for another. The rest, or all of it if a worker or a doorbell
+ * is transmitting for the QP now or its high-priority share is spent, goes
+ * to tx_work on the responder's CPU, as kw_qp_kick_tx_peer() queues it.
+ */
+static void tx_run_peer(struct kw_qp *qp, int cpu)
 {
 	enum tx_stop stop = TX_BUDGET;
 
 	if (mutex_trylock(&qp->tx_mutex)) {
-		if (!qp->tx_hp_spent)
-			stop = tx_run(qp, 2);
+		if (!qp->tx_hp_spent && qp->sock) {
+			struct mem_cgroup *old;
+
+			old = tx_charge_to(qp->sock->sk);
+			stop = tx_run(qp, 3);
+			set_active_memcg(old);
+		}
 		mutex_unlock(&qp->tx_mutex);
 	}
 	if (stop == TX_BUDGET)
-		kw_qp_kick_tx(qp);
+		kw_qp_queue_tx_on(qp, cpu);
 	kw_qp_put(qp);	/* the reference kw_tx_take_peer() took */
 }
 
@@ -1822,45 +1930,30 @@ static void tx_run_peer(struct kw_qp *qp)
  * of waking a worker (a busy-polling peer on a small machine would make us
  * wait for a time slice). Sends never block; what TCP cannot take now is
  * finished by tx_work from sk_write_space. Then a Read Response that our
- * own Read Request made a responder on this host owe, if any (above).
+ * own Read Request made the peer on this host owe, if any (above).
  */
 void kw_tx_inline(struct kw_qp *qp)
 {
-	struct kw_tx_slot *slot;
 	struct kw_qp *peer = NULL;
 	enum tx_stop stop;
 	bool claimed;
-
-	migrate_disable();
-	local_bh_disable();
-	slot = this_cpu_ptr(&kw_tx_slot);
-	/* another task's run, preempted on this CPU, keeps its claim */
-	claimed = !slot->task;
-	if (claimed)
-		slot->task = current;
-	local_bh_enable();
+	int cpu;
 
 	if (!mutex_trylock(&qp->tx_mutex)) {
 		kw_qp_kick_tx(qp);	/* tx_work or another caller is busy */
-		goto out;
+		return;
 	}
+	migrate_disable();
+	claimed = qp->sock && tx_slot_claim(qp->sock->sk);
 	stop = tx_run(qp, KW_TX_BUDGET);
+	if (claimed)
+		peer = tx_slot_release(&cpu);
+	migrate_enable();
 	if (stop != TX_BUDGET)
 		qp->tx_hp_spent = false;
 	mutex_unlock(&qp->tx_mutex);
 	if (stop == TX_BUDGET)	/* the caller's run, then a normal one */
 		kw_qp_queue_bulk(qp, &qp->tx_bulk_work);	/* kw_tx_work() */
-out:
-	if (claimed) {
-		local_bh_disable();
-		peer = slot->peer;
-		slot->peer = NULL;
-		slot->task = NULL;
-		local_bh_enable();
-	}
-	/* released first: the peer's run parks nothing (its Requests wait
-	 * for workers) */
 	if (peer)
-		tx_run_peer(peer);
-	migrate_enable();
+		tx_run_peer(peer, cpu);
 }

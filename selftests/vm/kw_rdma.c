@@ -712,18 +712,46 @@ TEST(reads_beyond_ord_are_queued)
 }
 
 /*
+ * Does loopback receive in the softirq of the sending task? Not on
+ * PREEMPT_RT (the backlog is a thread's) nor with RPS on lo.
+ */
+static int lo_rx_in_sender(void)
+{
+	char buf[64] = "";
+	FILE *f = fopen("/sys/kernel/realtime", "r");
+	int rt = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &rt) != 1)
+			rt = 0;
+		fclose(f);
+	}
+	if (rt)
+		return 0;
+	f = fopen("/sys/class/net/lo/queues/rx-0/rps_cpus", "r");
+	if (f) {
+		if (!fgets(buf, sizeof(buf), f))
+			buf[0] = 0;
+		fclose(f);
+	}
+	return !strpbrk(buf, "123456789abcdef");
+}
+
+/*
  * Over loopback the requester's doorbell sends a Read's Response itself
  * (tx.c, kw_tx_take_peer()): the Request reaches the responder in the
  * softirq of the requester's own send, and the Response, delivered in the
  * same call, has completed the Read when kw_post_send() returns, with no
- * worker woken. Allowed a few misses (a softirq deferred to ksoftirqd).
+ * worker woken. Most Reads must (0 of 50 before; misses: the first Read,
+ * while the responder still waits for the RTR, and a softirq deferred to
+ * ksoftirqd), unless loopback receives elsewhere (lo_rx_in_sender()).
  * Then a Read of many batches: what the doorbell leaves goes on in a
  * worker, and every byte arrives.
  */
-TEST(loopback_read_answered_in_doorbell)
+static void run_read_in_doorbell(int *kwt_fail, int family)
 {
 	enum { N = 50, BIG = 3 * MIB };
-	struct pair p = { 0 };
+	struct pair p = { .family = family };
 	struct kiwarp_cqe cqe;
 	int i, at_once = 0;
 
@@ -749,7 +777,10 @@ TEST(loopback_read_answered_in_doorbell)
 	}
 	printf("# %d of %d Reads complete when the doorbell returns\n",
 	       at_once, N);
-	EXPECT_GE(at_once, N * 4 / 5);
+	if (lo_rx_in_sender())
+		EXPECT_GE(at_once, N / 2);
+	else
+		printf("# loopback receives in a thread: not counted\n");
 	ASSERT_MEMEQ(p.a.buf, p.b.buf, N * 64);
 	{
 		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf,
@@ -769,6 +800,22 @@ TEST(loopback_read_answered_in_doorbell)
 		ASSERT_MEMEQ(p.a.buf, p.b.buf + 4096, BIG);
 	}
 	pair_fini(&p);
+}
+
+TEST(loopback_read_answered_in_doorbell)
+{
+	run_read_in_doorbell(kwt_fail, AF_INET);
+}
+
+TEST(loopback_read_answered_in_doorbell_ipv6)
+{
+	run_read_in_doorbell(kwt_fail, AF_INET6);
+}
+
+/* the responder an AF_INET6 socket on an IPv4 connection (mapped) */
+TEST(loopback_read_answered_in_doorbell_mixed)
+{
+	run_read_in_doorbell(kwt_fail, KW_PAIR_MIXED);
 }
 
 /* Many outstanding WRs, multi-SGE sends, in-order completion. */

@@ -110,37 +110,60 @@ static inline void note(const char *fmt, ...)
 }
 
 /*
- * A connected TCP pair over the loopback of family (AF_INET or AF_INET6);
- * the connecting side (*c) has TCP_NODELAY. mss > 0: both ends use that
- * maximum segment size (TCP_MAXSEG before the handshake), as on a link
- * with a small MTU. rcvbuf > 0: the accepted side (*s) has that SO_RCVBUF
- * from before the handshake (so a small window scale). Returns 0 or -errno.
+ * tcp_pair_opt()'s family for an AF_INET client accepted by a dual-stack
+ * AF_INET6 listener: the accepted socket is AF_INET6 with IPv4-mapped
+ * addresses, as a server listening on "::" gets.
+ */
+#define KW_PAIR_MIXED	(AF_MAX + 1)
+
+/*
+ * A connected TCP pair over the loopback of family (AF_INET, AF_INET6 or
+ * KW_PAIR_MIXED); the connecting side (*c) has TCP_NODELAY. mss > 0: both
+ * ends use that maximum segment size (TCP_MAXSEG before the handshake), as
+ * on a link with a small MTU. rcvbuf > 0: the accepted side (*s) has that
+ * SO_RCVBUF from before the handshake (so a small window scale). Returns 0
+ * or -errno.
  */
 static inline int tcp_pair_opt(int family, int mss, int rcvbuf, int *c,
 			       int *s)
 {
-	struct sockaddr_storage ss = { .ss_family = family };
+	int lfam = family == KW_PAIR_MIXED ? AF_INET6 : family;
+	int cfam = family == KW_PAIR_MIXED ? AF_INET : family;
+	struct sockaddr_storage ss = { .ss_family = lfam };
 	struct sockaddr_in *sin = (void *)&ss;
 	struct sockaddr_in6 *sin6 = (void *)&ss;
-	socklen_t len = family == AF_INET ? sizeof(*sin) : sizeof(*sin6);
-	int l, one = 1, ret = 0;
+	socklen_t len = lfam == AF_INET ? sizeof(*sin) : sizeof(*sin6);
+	int l, one = 1, zero = 0, ret = 0;
 
 	*c = *s = -1;
-	if (family == AF_INET)
+	if (lfam == AF_INET)
 		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else if (family == KW_PAIR_MIXED)
+		sin6->sin6_addr = in6addr_any;
 	else
 		sin6->sin6_addr = in6addr_loopback;
-	l = socket(family, SOCK_STREAM, 0);
+	l = socket(lfam, SOCK_STREAM, 0);
 	if (l < 0)
 		return -errno;
-	if ((mss > 0 && setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss,
+	if ((family == KW_PAIR_MIXED &&
+	     setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero))) ||
+	    (mss > 0 && setsockopt(l, IPPROTO_TCP, TCP_MAXSEG, &mss,
 				   sizeof(mss))) ||
 	    (rcvbuf > 0 && setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
 				      sizeof(rcvbuf))) ||
 	    bind(l, (void *)&ss, len) || listen(l, 1) ||
 	    getsockname(l, (void *)&ss, &len))
 		goto err;
-	*c = socket(family, SOCK_STREAM, 0);
+	if (family == KW_PAIR_MIXED) {
+		in_port_t port = sin6->sin6_port;
+
+		memset(&ss, 0, sizeof(ss));
+		sin->sin_family = AF_INET;
+		sin->sin_port = port;
+		sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		len = sizeof(*sin);
+	}
+	*c = socket(cfam, SOCK_STREAM, 0);
 	if (*c < 0 || (mss > 0 && setsockopt(*c, IPPROTO_TCP, TCP_MAXSEG,
 					     &mss, sizeof(mss))) ||
 	    connect(*c, (void *)&ss, len))
