@@ -1149,6 +1149,16 @@ static void run_error(void)
 #endif
 	} else {
 		r = recv_ctl(CTL_READY, 1);
+		/*
+		 * siw sends a Terminate only if no WQE of its own is being
+		 * transmitted (siw_send_terminate(): "cannot send TERMINATE:
+		 * op in progress"), and its READY Send stays in progress
+		 * until its transmit thread has finished it, a moment after
+		 * its bytes are out. An access that arrives before then gets
+		 * no Terminate, and READY is flushed (CI, 6.12: "ctl send
+		 * failed: local QP operation error"). Give it that moment.
+		 */
+		usleep(200000);
 		memset(sbuf.buf, 0x5a, 64);
 		if (post_op(op, &sbuf, 0, r.len, r.addr, r.rkey, WR_OP))
 			die("post error op");
