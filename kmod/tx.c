@@ -178,6 +178,22 @@ static bool hold_in_force(unsigned long at, unsigned long hold)
 }
 
 /* The peer of sk, whose QP is being attached. Process context. */
+/*
+ * sk's local (or remote) address as an IPv6 one: an AF_INET socket's
+ * IPv4-mapped, as an AF_INET6 socket on an IPv4 connection has it.
+ */
+static void tx_sk_addr6(const struct sock *sk, bool local,
+			struct in6_addr *a)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	if (sk->sk_family == AF_INET6) {
+		*a = local ? sk->sk_v6_rcv_saddr : sk->sk_v6_daddr;
+		return;
+	}
+#endif
+	ipv6_addr_set_v4mapped(local ? sk->sk_rcv_saddr : sk->sk_daddr, a);
+}
+
 void kw_path_init(struct kw_path *p, struct sock *sk)
 {
 	u32 h;
@@ -186,12 +202,7 @@ void kw_path_init(struct kw_path *p, struct sock *sk)
 	memset(p, 0, sizeof(*p));
 	p->net = sock_net(sk)->net_cookie;
 	p->ifindex = READ_ONCE(sk->sk_bound_dev_if);
-#if IS_ENABLED(CONFIG_IPV6)
-	if (sk->sk_family == AF_INET6)
-		p->addr = sk->sk_v6_daddr;
-	else
-#endif
-		ipv6_addr_set_v4mapped(sk->sk_daddr, &p->addr);
+	tx_sk_addr6(sk, false, &p->addr);
 	h = jhash2((const u32 *)&p->addr, 4, kw_path_seed ^ p->ifindex);
 	p->slot = jhash_2words((u32)p->net, (u32)(p->net >> 32), h) %
 		  KW_PATH_SLOTS;
@@ -1780,39 +1791,24 @@ struct kw_tx_slot {
 
 static DEFINE_PER_CPU(struct kw_tx_slot, kw_tx_slot);
 
-/* Does sk's connection run over IPv4 (an AF_INET6 socket may, mapped)? */
-static bool tx_sk_v4(const struct sock *sk)
-{
-#if IS_ENABLED(CONFIG_IPV6)
-	if (sk->sk_family == AF_INET6)
-		return ipv6_addr_v4mapped(&sk->sk_v6_daddr);
-#endif
-	return sk->sk_family == AF_INET;
-}
-
 /*
- * Is b the other end of a's TCP connection on this host? Either may be an
- * AF_INET6 socket on an IPv4 connection (a dual-stack listener's child):
- * then its IPv4 addresses are set as an AF_INET socket's.
+ * Is b the other end of a's TCP connection on this host? Addresses compare
+ * as IPv6 ones (tx_sk_addr6()), so that an AF_INET6 socket on an IPv4
+ * connection (a dual-stack listener's child) matches its AF_INET peer.
  */
 static bool tx_sk_is_peer(const struct sock *a, const struct sock *b)
 {
-	bool v4 = tx_sk_v4(a);
+	struct in6_addr al, ar, bl, br;
 
-	if (!net_eq(sock_net(a), sock_net(b)) || v4 != tx_sk_v4(b) ||
+	if (!net_eq(sock_net(a), sock_net(b)) ||
 	    inet_sk(a)->inet_sport != inet_sk(b)->inet_dport ||
 	    inet_sk(a)->inet_dport != inet_sk(b)->inet_sport)
 		return false;
-	if (v4)
-		return a->sk_rcv_saddr == b->sk_daddr &&
-		       a->sk_daddr == b->sk_rcv_saddr;
-#if IS_ENABLED(CONFIG_IPV6)
-	return a->sk_family == AF_INET6 && b->sk_family == AF_INET6 &&
-	       ipv6_addr_equal(&a->sk_v6_rcv_saddr, &b->sk_v6_daddr) &&
-	       ipv6_addr_equal(&a->sk_v6_daddr, &b->sk_v6_rcv_saddr);
-#else
-	return false;
-#endif
+	tx_sk_addr6(a, true, &al);
+	tx_sk_addr6(a, false, &ar);
+	tx_sk_addr6(b, true, &bl);
+	tx_sk_addr6(b, false, &br);
+	return ipv6_addr_equal(&al, &br) && ipv6_addr_equal(&ar, &bl);
 }
 
 /*

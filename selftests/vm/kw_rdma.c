@@ -680,6 +680,22 @@ TEST(error_send_no_recv_posted)
 }
 
 /* More Reads than ORD: the requester queues them; all complete in order. */
+/* A signaled Read of len bytes at b_off of b's buffer into a_off of a's. */
+static int post_read(struct pair *p, size_t a_off, size_t b_off,
+		     uint32_t len, uint64_t wr_id)
+{
+	struct kiwarp_sge sge = { .addr = (uintptr_t)p->a.buf + a_off,
+				  .length = len, .lkey = p->a.mr->stag };
+	struct kw_send_wr wr = {
+		.wr_id = wr_id, .opcode = KIWARP_WR_RDMA_READ,
+		.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+		.remote_addr = (uintptr_t)p->b.buf + b_off,
+		.rkey = p->b.mr->stag,
+	};
+
+	return kw_post_send(p->a.qp, &wr, 1);
+}
+
 TEST(reads_beyond_ord_are_queued)
 {
 	struct pair p = { 0 };
@@ -691,17 +707,8 @@ TEST(reads_beyond_ord_are_queued)
 	ASSERT_EQ(pair_connect(&p, 65536, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(p.a.res.param.ord, 1);
 	fill(p.b.buf, 65536, 3);
-	for (i = 0; i < 16; i++) {
-		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf + i * 4096,
-					  .length = 4096, .lkey = p.a.mr->stag };
-		struct kw_send_wr wr = {
-			.wr_id = i, .opcode = KIWARP_WR_RDMA_READ,
-			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
-			.remote_addr = (uintptr_t)p.b.buf + i * 4096,
-			.rkey = p.b.mr->stag,
-		};
-		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
-	}
+	for (i = 0; i < 16; i++)
+		ASSERT_EQ(post_read(&p, i * 4096, i * 4096, 4096, i), 1);
 	for (i = 0; i < 16; i++) {
 		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
@@ -758,16 +765,7 @@ static void run_read_in_doorbell(int *kwt_fail, int family)
 	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	fill(p.b.buf, 4 * MIB, 11);
 	for (i = 0; i < N; i++) {
-		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf + i * 64,
-					  .length = 64, .lkey = p.a.mr->stag };
-		struct kw_send_wr wr = {
-			.wr_id = i, .opcode = KIWARP_WR_RDMA_READ,
-			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
-			.remote_addr = (uintptr_t)p.b.buf + i * 64,
-			.rkey = p.b.mr->stag,
-		};
-
-		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
+		ASSERT_EQ(post_read(&p, i * 64, i * 64, 64, i), 1);
 		if (kw_poll_cq(p.a.scq, 1, &cqe) == 1)
 			at_once++;
 		else
@@ -782,23 +780,12 @@ static void run_read_in_doorbell(int *kwt_fail, int family)
 	else
 		printf("# loopback receives in a thread: not counted\n");
 	ASSERT_MEMEQ(p.a.buf, p.b.buf, N * 64);
-	{
-		struct kiwarp_sge sge = { .addr = (uintptr_t)p.a.buf,
-					  .length = BIG, .lkey = p.a.mr->stag };
-		struct kw_send_wr wr = {
-			.wr_id = 99, .opcode = KIWARP_WR_RDMA_READ,
-			.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
-			.remote_addr = (uintptr_t)p.b.buf + 4096,
-			.rkey = p.b.mr->stag,
-		};
-
-		ASSERT_EQ(kw_post_send(p.a.qp, &wr, 1), 1);
-		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
-		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
-		EXPECT_EQ(cqe.wr_id, 99u);
-		EXPECT_EQ(cqe.byte_len, (uint32_t)BIG);
-		ASSERT_MEMEQ(p.a.buf, p.b.buf + 4096, BIG);
-	}
+	ASSERT_EQ(post_read(&p, 0, 4096, BIG, 99), 1);
+	ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+	EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	EXPECT_EQ(cqe.wr_id, 99u);
+	EXPECT_EQ(cqe.byte_len, (uint32_t)BIG);
+	ASSERT_MEMEQ(p.a.buf, p.b.buf + 4096, BIG);
 	pair_fini(&p);
 }
 
