@@ -498,7 +498,8 @@ void kw_qp_wait_acks(struct kw_qp *qp)
 	/* Pairs with the smp_mb() in tcp_check_space(): an ACK that raced
 	 * with the set_bit either sees the bit or is seen by this check. */
 	smp_mb__after_atomic();
-	kw_qp_sq_complete(qp);
+	if (kw_qp_sq_complete(qp))
+		kw_qp_watch_read(qp);
 }
 
 static void kw_write_space(struct sock *sk)

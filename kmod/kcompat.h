@@ -105,4 +105,15 @@ static inline void kw_page_frag_cache_drain(struct page_frag_cache *nc)
 #define WQ_PERCPU	0
 #endif
 
+/*
+ * After 6.12 (7.2 has it): the established-socket lookups lost their
+ * hashinfo argument. Before, TCP's is the namespace's (6.1 added per-netns
+ * tables). Used as the argument list's head: KW_TCP_EHASH(net) saddr, ...
+ */
+#ifdef KW_HAVE_LOOKUP_HASHINFO
+#define KW_TCP_EHASH(net)	(net)->ipv4.tcp_death_row.hashinfo,
+#else
+#define KW_TCP_EHASH(net)
+#endif
+
 #endif /* KW_KCOMPAT_H */

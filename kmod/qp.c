@@ -73,6 +73,8 @@ static void qp_free(struct kref *ref)
 
 	if (qp->ack_sk)
 		sock_put(qp->ack_sk);
+	if (qp->tx_peer_sk)
+		sock_put(qp->tx_peer_sk);
 	if (qp->scq)
 		kw_cq_put(qp->scq);
 	if (qp->rcq)
@@ -318,12 +320,22 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
  * Is a transmitted WR's data acknowledged? Its pages were handed to TCP by
  * reference (zero copy), so its buffer may be reused only when TCP no
  * longer needs it for retransmission: then the WR completes, as on an RNIC.
+ * Sent to a peer on this host with no ubuf (await_read, tx.c), the peer's
+ * socket may hold the very pages after its ACK: it must also have read
+ * them. Both sockets count the same sequence space (one connection), and
+ * tx_peer_sk is set before any await_read WR.
  */
 static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 {
 	struct sock *sk = qp->ack_sk;
 
-	return !sk || !before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq);
+	if (!sk)
+		return true;
+	if (before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq))
+		return false;
+	return !wr->await_read ||
+	       !before(READ_ONCE(tcp_sk(qp->tx_peer_sk)->copied_seq),
+		       wr->end_seq);
 }
 
 /* A sent WR whose data TCP saw acknowledged is done (delivered). */
@@ -332,6 +344,7 @@ static void wr_check_acked(struct kw_qp *qp, struct kw_wr *wr)
 	if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
 		wr->done = true;
 		wr->await_ack = false;
+		wr->await_read = false;
 	}
 }
 
@@ -382,7 +395,7 @@ bool kw_qp_zc_in_tcp(struct kw_qp *qp)
 	for (i = qp->sq_compl; i != qp->sq_pulled && !in_tcp; i++) {
 		const struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
 
-		in_tcp = wr->held && !wr_acked(qp, wr);
+		in_tcp = (wr->held || wr->await_read) && !wr_acked(qp, wr);
 	}
 	spin_unlock_bh(&qp->lock);
 	return in_tcp;
@@ -415,6 +428,69 @@ bool kw_qp_sq_complete(struct kw_qp *qp)
 		  qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)].await_ack;
 	spin_unlock_bh(&qp->lock);
 	return waiting;
+}
+
+/*
+ * Whether the oldest WR is acknowledged but not yet read by the peer on
+ * this host it went to (await_read): no further ACK may come to complete
+ * it then. Normally the peer's receive (in the softirq that got the
+ * segment) has read it before TCP handles the ACK, which the same CPU
+ * queued behind it; with the ACK handled on another CPU (RPS, RFS), or a
+ * peer that stopped reading, read_work looks again.
+ */
+static bool sq_unread(struct kw_qp *qp)
+{
+	const struct kw_wr *wr;
+	bool unread;
+
+	spin_lock_bh(&qp->lock);
+	wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
+	unread = qp->sq_compl != qp->sq_pulled && !wr->done &&
+		 wr->await_ack && wr->await_read && qp->ack_sk &&
+		 !before(READ_ONCE(tcp_sk(qp->ack_sk)->snd_una), wr->end_seq);
+	spin_unlock_bh(&qp->lock);
+	return unread;
+}
+
+static void qp_queue_read(struct kw_qp *qp, unsigned long delay)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_delayed_work(kw_wq, &qp->read_work, delay))
+		kw_qp_put(qp);
+}
+
+/* After an ACK that left the oldest WR waiting (kw_qp_wait_acks()). */
+void kw_qp_watch_read(struct kw_qp *qp)
+{
+	if (sq_unread(qp))
+		qp_queue_read(qp, 1);
+}
+
+/*
+ * read_work: an await_read WR is acknowledged and still not read. Looks
+ * again, after 1, 2, 4 ... jiffies up to a second while nothing changes:
+ * a peer that stopped reading (its QP failed; its Terminate or FIN ends
+ * ours) costs a few runs, not a busy loop.
+ */
+static void read_work(struct work_struct *w)
+{
+	struct kw_qp *qp = container_of(to_delayed_work(w), struct kw_qp,
+					read_work);
+
+	kw_qp_sq_complete(qp);
+	if (!READ_ONCE(qp->dying) && sq_unread(qp)) {
+		/* only this work item writes read_polls: it never runs
+		 * twice at a time */
+		if (qp->read_polls < 8)
+			qp->read_polls++;
+		qp_queue_read(qp, min_t(unsigned long, HZ,
+					1UL << qp->read_polls));
+	} else {
+		qp->read_polls = 0;
+	}
+	kw_qp_put(qp);	/* the reference qp_queue_read() took */
 }
 
 /*
@@ -884,6 +960,7 @@ static struct kw_qp *qp_alloc(struct kw_ctx *ctx,
 	INIT_WORK(&qp->tx_bulk_work, kw_tx_bulk_work);
 	INIT_WORK(&qp->err_work, err_work);
 	INIT_DELAYED_WORK(&qp->abort_work, abort_work);
+	INIT_DELAYED_WORK(&qp->read_work, read_work);
 	qp->ctx = ctx;
 	qp->state = KIWARP_QPS_IDLE;
 	qp->sig_all = arg->flags & KIWARP_QP_SIGNAL_ALL;
@@ -1022,6 +1099,8 @@ static void qp_teardown(struct kw_qp *qp)
 	/* after err_work, which queues it; kw_cm_release_sock() resets */
 	if (cancel_delayed_work_sync(&qp->abort_work))
 		kw_qp_put(qp);
+	if (cancel_delayed_work_sync(&qp->read_work))
+		kw_qp_put(qp);
 	/* waits for an inline transmit in a racing doorbell */
 	mutex_lock(&qp->tx_mutex);
 	kw_cm_release_sock(qp);
@@ -1148,6 +1227,8 @@ int kw_qp_query(struct kw_ctx *ctx, struct kiwarp_query_qp *arg)
 	arg->copy_max = qp->copy_max;
 	if (kw_tx_path_copies(qp))
 		arg->flags |= KIWARP_QPQ_TX_COPIED;
+	if (qp->tx_local_last)
+		arg->flags |= KIWARP_QPQ_TX_LOCAL;
 	arg->tx_bytes = qp->tx_bytes;
 	arg->rx_bytes = qp->rx_bytes;
 	if (READ_ONCE(qp->ooo))

@@ -69,6 +69,9 @@ struct kw_wr {
 	bool await_ack;			/* sent; done once TCP acked end_seq */
 	bool held;			/* sent by page reference: completes
 					 * once no skb holds the pages (tx.c) */
+	bool await_read;		/* by reference to a peer on this host
+					 * (tx_peer_sk): done once it read
+					 * end_seq too (tx.c, wr_acked()) */
 	u32 end_seq;			/* TCP sequence after its last byte */
 	bool signaled;
 	struct kiwarp_term_info term;	/* with an error status */
@@ -157,6 +160,10 @@ struct kw_qp {
 	void (*saved_state_change)(struct sock *sk);
 	bool cb_installed;
 	struct sock *ack_sk;	/* held (sock_hold) from RTS until freed */
+	/* the other end of the connection, a kiwarp QP's socket on this
+	 * host (tx.c, tx_local_peer()): set once under qp->lock from RTS
+	 * on, held (sock_hold) until freed */
+	struct sock *tx_peer_sk;
 	struct kw_mpa_cfg mpa_cfg;	/* responder: kept between ACCEPT and REPLY */
 	struct kw_mpa_frame mpa_req;	/* responder: the Request */
 	u8 mpa_req_pd[KW_MPA_MAX_PD];	/* its private data */
@@ -252,6 +259,9 @@ struct kw_qp {
 	bool tx_copy;		/* SQ WR done when in TCP: copied, ... */
 	bool tx_byref;		/* ... or by reference from a tx_guarded MR */
 	struct kw_txzc *tx_zc;	/* ... or by reference: its ubuf_info */
+	bool tx_local_last;	/* the last message above copy_max went to
+				 * tx_peer_sk by reference (QUERY_QP);
+				 * qp->lock */
 	struct kw_zcd *zcd;	/* the QP as the ubuf callbacks see it */
 	bool tx_local_done;	/* a Local Invalidate finished: complete it */
 	int tx_kind;		/* what tx_msg is: enum kw_tx_kind */
@@ -292,6 +302,9 @@ struct kw_qp {
 	struct delayed_work abort_work;	/* failed, but a zero window holds
 					 * by-reference data or the
 					 * Terminate in TCP: reset (qp.c) */
+	struct delayed_work read_work;	/* an await_read WR was acked but
+					 * not yet read: look again (qp.c) */
+	u8 read_polls;		/* read_work's runs without progress */
 
 	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;
@@ -322,6 +335,7 @@ void kw_qp_local_error_locked(struct kw_qp *qp);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
 bool kw_qp_sq_complete(struct kw_qp *qp);
+void kw_qp_watch_read(struct kw_qp *qp);
 bool kw_qp_zc_in_tcp(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);

@@ -45,6 +45,14 @@
  * with no ubuf, so a local receiver takes them as they are instead of
  * copying them, and the WR completes as soon as TCP has them.
  *
+ * Nor does a WR to a kiwarp QP on this host (tx_local_peer()): its pages
+ * go by plain reference too, and the peer's receive places its payload
+ * straight from them, in the softirq that received them: one copy in all,
+ * where the ubuf's would make the stack copy them first. Such a WR
+ * (kw_wr.await_read) completes once TCP saw it acknowledged and the
+ * peer's socket has read all of it (copied_seq), so no skb holds its
+ * pages for a reader any more (qp.c, wr_acked()).
+ *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
  */
@@ -55,6 +63,8 @@
 #include <linux/module.h>
 #include <linux/net.h>
 #include <linux/sched/mm.h>
+#include <net/inet6_hashtables.h>
+#include <net/inet_hashtables.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -1238,6 +1248,85 @@ static void msg_untagged(struct kw_qp *qp, u32 qn)
 	qp->tx_msg.msn = ++qp->tx_msn[qn];
 }
 
+/*
+ * The socket at the other end of sk's connection, if that is on this host
+ * (sk's route goes through a loopback device) and in sk's network
+ * namespace: a full, referenced socket, or NULL. BHs are off (qp->lock).
+ */
+static struct sock *tx_peer_lookup(struct sock *sk)
+{
+	const struct inet_sock *inet = inet_sk(sk);
+	struct dst_entry *dst = sk_dst_get(sk);
+	struct net *net = sock_net(sk);
+	struct sock *p;
+	int ifindex = 0;
+
+	if (dst && dst->dev && (dst->dev->flags & IFF_LOOPBACK))
+		ifindex = dst->dev->ifindex;
+	dst_release(dst);
+	if (!ifindex)
+		return NULL;
+	/* as a segment from sk would find it: its source is our address */
+	rcu_read_lock();
+#if IS_ENABLED(CONFIG_IPV6)
+	if (sk->sk_family == AF_INET6 &&
+	    !ipv6_addr_v4mapped(&sk->sk_v6_daddr))
+		p = __inet6_lookup_established(net, KW_TCP_EHASH(net)
+					       &sk->sk_v6_rcv_saddr,
+					       inet->inet_sport,
+					       &sk->sk_v6_daddr,
+					       ntohs(inet->inet_dport),
+					       ifindex, 0);
+	else
+#endif
+		p = __inet_lookup_established(net, KW_TCP_EHASH(net)
+					      sk->sk_rcv_saddr,
+					      inet->inet_sport, sk->sk_daddr,
+					      ntohs(inet->inet_dport),
+					      ifindex, 0);
+	rcu_read_unlock();
+	/* a time-wait or request socket; or a connection to itself */
+	if (p && (!sk_fullsock(p) || p == sk)) {
+		sock_gen_put(p);
+		p = NULL;
+	}
+	return p;
+}
+
+/* FPDUs smaller than this make skbs of a few KB by reference: copy them */
+#define KW_TX_LOCAL_MULPDU	4096
+
+/*
+ * Whether the message may go by plain page reference, with no ubuf, to
+ * the other end of the connection: a kiwarp QP on this host that places
+ * what it receives as TCP hands it over (its receive callback is
+ * kw_rx_data_ready()), not an extended socket (a ULP: its reader copies
+ * from the skbs later, rxhold.c). Its socket is looked up once and kept
+ * (tx_peer_sk); whether it is still such a QP, per message. Whatever it
+ * becomes, a WR sent so completes only once that socket read it
+ * (wr_acked()). Paths with small FPDUs copy instead: MAX_SKB_FRAGS
+ * pieces of two or three per FPDU would carry a few KB per skb, and the
+ * per-skb work costs more than the copy saves (Documentation/
+ * performance.md). Caller holds qp->lock and tx_mutex (qp->sock).
+ */
+static bool tx_local_peer(struct kw_qp *qp)
+{
+	struct sock *p = qp->tx_peer_sk;
+
+	lockdep_assert_held(&qp->lock);
+	if (kw_qp_mulpdu(qp) < KW_TX_LOCAL_MULPDU)
+		return false;
+	if (!p) {
+		p = tx_peer_lookup(qp->sock->sk);
+		if (!p)
+			return false;
+		qp->tx_peer_sk = p;	/* our reference: qp_free() */
+	}
+	return READ_ONCE(p->sk_state) == TCP_ESTABLISHED &&
+	       READ_ONCE(p->sk_data_ready) == kw_rx_data_ready &&
+	       !READ_ONCE(inet_csk(p)->icsk_ulp_ops);
+}
+
 /* Whether every SGE of the message is in a tx_guarded MR (kw_mr). */
 static bool tx_sges_guarded(const struct kw_qp *qp)
 {
@@ -1362,6 +1451,8 @@ static enum tx_sq_verdict tx_sq_check(struct kw_qp *qp, struct kw_wr *wr)
  */
 static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 {
+	bool big = wr->len > qp->copy_max && !qp->mpa.markers_tx;
+
 	lockdep_assert_held(&qp->lock);
 	tx_hold_sges(qp, wr);
 	qp->tx_kind = KW_TXK_SQ;
@@ -1375,20 +1466,28 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	 * owner never rewrites what an skb holds (tx_guarded: the kernel's
 	 * own, es.c's send buffer) they go by page reference too, but
 	 * complete as a copy does: the owner, not the WR, waits for the
-	 * pages. With markers every WR is copied, so end_seq (below)
-	 * leaves markers out.
+	 * pages. To a kiwarp QP on this host they go by plain reference
+	 * and complete once it read them (await_read, above). With markers
+	 * every WR is copied, so end_seq (below) leaves markers out.
 	 */
-	qp->tx_byref = tx_sges_guarded(qp) && wr->len > qp->copy_max &&
-		       !qp->mpa.markers_tx;
-	qp->tx_copy = qp->tx_byref || wr->len <= qp->copy_max ||
-		      qp->mpa.markers_tx ||
-		      (qp->copy_adapt && kw_tx_path_copies(qp));
-	if (!qp->tx_copy) {
-		qp->tx_zc = txzc_new(qp, idx);
-		qp->tx_copy = !qp->tx_zc;	/* no memory: copy */
+	if (big && tx_sges_guarded(qp)) {
+		qp->tx_byref = true;
+		qp->tx_copy = true;
+	} else if (big && tx_local_peer(qp)) {
+		qp->tx_byref = true;
+		wr->await_read = true;
+	} else {
+		qp->tx_copy = !big ||
+			      (qp->copy_adapt && kw_tx_path_copies(qp));
+		if (!qp->tx_copy) {
+			qp->tx_zc = txzc_new(qp, idx);
+			qp->tx_copy = !qp->tx_zc;	/* no memory: copy */
+		}
 	}
+	if (big)
+		qp->tx_local_last = wr->await_read;
 	wr->await_ack = !qp->tx_copy;
-	wr->held = !qp->tx_copy;
+	wr->held = !qp->tx_copy && !qp->tx_byref;	/* tx_zc */
 	/*
 	 * Only we write to this socket and the previous message is
 	 * entirely in TCP, so the WR's data ends exactly its wire length

@@ -1418,6 +1418,13 @@ TEST(zero_copy_completion_leaks_nothing_to_an_unread_local_peer)
 	ASSERT_EQ(ioctl(k.raw, FIONREAD, &inq), 0);
 	printf("# completed with %d B unread at the peer\n", inq);
 	EXPECT_GT(inq, (int)len);	/* all of it, not read yet */
+	{	/* not a kiwarp QP: no plain reference (KIWARP_QPQ_TX_LOCAL) */
+		struct kiwarp_query_qp q;
+
+		memset(&q, 0, sizeof(q));
+		ASSERT_EQ(kw_query_qp(k.qp, &q), 0);
+		EXPECT_EQ(q.flags & KIWARP_QPQ_TX_LOCAL, 0u);
+	}
 	/* the application reuses its buffer, as the completion allows */
 	for (j = 0; j < len; j++)
 		buf[j] = rv_new(j);

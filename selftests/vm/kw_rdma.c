@@ -1750,7 +1750,9 @@ TEST(copy_max_given_is_used)
  * which then complete as soon as TCP has them (here with every packet
  * dropped, so nothing is acknowledged). A while (a second at first) after
  * the last copy it was told of, one message goes by reference again and
- * tells again. A QP given its copy_max keeps sending by reference.
+ * tells again. A QP given its copy_max keeps sending by reference. (At
+ * MTU 1500: with larger FPDUs a kiwarp peer on this host gets them by
+ * plain reference instead, KIWARP_QPQ_TX_LOCAL, local_peer_kiwarp_*.)
  */
 static int post_write(struct pair *p, int i, size_t len)
 {
@@ -1793,7 +1795,7 @@ static void run_local_copy(int *kwt_fail, int given)
 	}
 	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
 	/* netem loaded and in place before the clock below starts */
-	ASSERT_EQ(shell("ip link set lo up && "
+	ASSERT_EQ(shell("ip link set lo mtu 1500 up && "
 			"tc qdisc add dev lo root netem loss 0%"), 0);
 	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
@@ -1886,7 +1888,8 @@ TEST(local_peer_given_copy_max_stays_by_reference)
  * nothing. Once the hint ran out, QP 2 goes by reference again (and is
  * told itself). QP 1 has a copy_max of its own, so every Write of it goes
  * by reference and renews the hint; a QP 2 that sent by reference in a
- * try is made anew, so that what it knows is only the hint.
+ * try is made anew, so that what it knows is only the hint. Loopback at
+ * MTU 1500, as in run_local_copy().
  */
 TEST(local_copy_learned_per_peer)
 {
@@ -1904,7 +1907,7 @@ TEST(local_copy_learned_per_peer)
 	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
 	ns_a = open("/proc/self/ns/net", O_RDONLY);
 	ASSERT_GE(ns_a, 0);
-	ASSERT_EQ(shell("ip link set lo up && "
+	ASSERT_EQ(shell("ip link set lo mtu 1500 up && "
 			"tc qdisc add dev lo root netem loss 0%"), 0);
 	p1.a.qp_flags = KW_QP_INIT_COPY_MAX;
 	p1.a.copy_max = KIWARP_COPY_MAX_DEFAULT;
@@ -1914,7 +1917,7 @@ TEST(local_copy_learned_per_peer)
 	ASSERT_EQ(pair_connect(&p4, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(pair_connect(&p5, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
-	ASSERT_EQ(shell("ip link set lo up"), 0);
+	ASSERT_EQ(shell("ip link set lo mtu 1500 up"), 0);
 	ASSERT_EQ(pair_connect(&p3, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
 	ASSERT_EQ(setns(ns_a, CLONE_NEWNET), 0);
 	ASSERT_EQ(kw_query_qp(p2.a.qp, &q), 0);
@@ -1997,6 +2000,135 @@ TEST(local_copy_learned_per_peer)
 	pair_fini(&p3);
 	pair_fini(&p2);
 	pair_fini(&p1);	/* last: its device is shared */
+}
+
+/*
+ * To a kiwarp QP on this host, Sends and Writes over copy_max go by plain
+ * page reference (KIWARP_QPQ_TX_LOCAL): the peer's receive places them
+ * straight from the sender's pages, and the WR completes only once the
+ * peer's socket read all of it. So at the sender's completion the bytes
+ * are in place at the peer, and the buffer rewritten at once changes
+ * nothing there. Each end sends (on a mixed pair one end is an AF_INET6
+ * socket on an IPv4 connection). With FPDUs under 4 KiB (loopback at MTU
+ * 1500) messages are not sent so, and arrive all the same.
+ */
+static void end_write(struct end *from, struct end *to, size_t off,
+		      size_t len, uint64_t id)
+{
+	struct kiwarp_sge sge = { (uintptr_t)from->buf + off, len,
+				  from->mr->stag };
+	struct kw_send_wr wr = {
+		.wr_id = id, .opcode = KIWARP_WR_RDMA_WRITE,
+		.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+		.remote_addr = (uintptr_t)to->buf + off, .rkey = to->mr->stag,
+	};
+
+	if (kw_post_send(from->qp, &wr, 1) != 1)
+		abort();
+}
+
+static void run_local_byref(int *kwt_fail, int family, int mtu)
+{
+	enum { BIG = MIB, N = 6, SEND = 256 * 1024 };
+	struct pair p = { .family = family };
+	struct end *ends[2] = { &p.a, &p.b };
+	int local = mtu > 4200, i;
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	char cmd[64];
+	uint8_t *want;
+	double end;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	snprintf(cmd, sizeof(cmd), "ip link set lo mtu %d up", mtu);
+	ASSERT_EQ(shell(cmd), 0);
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+	EXPECT_EQ(q.flags & KIWARP_QPQ_TX_LOCAL, 0u);
+	want = malloc(BIG);
+	ASSERT_TRUE(want != NULL);
+	for (i = 0; i < 2 * N; i++) {
+		struct end *from = ends[i & 1], *to = ends[!(i & 1)];
+
+		fill(from->buf, BIG, 60 + i);
+		memcpy(want, from->buf, BIG);
+		end_write(from, to, 0, BIG, i);
+		ASSERT_EQ(wait_cqe(from->scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(cqe.wr_id, (uint64_t)i);
+		memset(from->buf, 0xee, BIG);	/* ours again */
+		if (local) {	/* read, so placed, when it completed */
+			ASSERT_MEMEQ(to->buf, want, BIG);
+			continue;
+		}
+		end = now() + 30;
+		while (memcmp(to->buf, want, BIG) && now() < end)
+			usleep(10 * 1000);
+		ASSERT_MEMEQ(to->buf, want, BIG);
+	}
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(kw_query_qp(ends[i]->qp, &q), 0);
+		EXPECT_EQ(!!(q.flags & KIWARP_QPQ_TX_LOCAL), local);
+	}
+
+	/* a Send, placed in a receive WR by the time it completes */
+	{
+		struct kiwarp_sge ssge = { (uintptr_t)p.a.buf + BIG, SEND,
+					   p.a.mr->stag };
+		struct kiwarp_sge rsge = { (uintptr_t)p.b.buf + BIG, SEND,
+					   p.b.mr->stag };
+		struct kw_send_wr swr = { .wr_id = 77,
+			.opcode = KIWARP_WR_SEND, .flags = KW_SEND_SIGNALED,
+			.num_sge = 1, .sg_list = &ssge };
+		struct kw_recv_wr rwr = { .wr_id = 78, .sg_list = &rsge,
+					  .num_sge = 1 };
+
+		fill(p.a.buf + BIG, SEND, 90);
+		memcpy(want, p.a.buf + BIG, SEND);
+		ASSERT_EQ(kw_post_recv(p.b.qp, &rwr, 1), 1);
+		ASSERT_EQ(kw_post_send(p.a.qp, &swr, 1), 1);
+		ASSERT_EQ(wait_cqe(p.a.scq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(cqe.wr_id, 77u);
+		memset(p.a.buf + BIG, 0xee, SEND);
+		if (local)
+			EXPECT_EQ(kw_poll_cq(p.b.rcq, 1, &cqe), 1);
+		else
+			ASSERT_EQ(wait_cqe(p.b.rcq, &cqe), 0);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+		EXPECT_EQ(cqe.wr_id, 78u);
+		EXPECT_EQ(cqe.byte_len, (uint32_t)SEND);
+		ASSERT_MEMEQ(p.b.buf + BIG, want, SEND);
+		ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+		EXPECT_EQ(!!(q.flags & KIWARP_QPQ_TX_LOCAL), local);
+	}
+	free(want);
+	pair_fini(&p);
+}
+
+TEST(local_peer_kiwarp_by_reference)
+{
+	run_local_byref(kwt_fail, AF_INET, 65536);
+}
+
+TEST(local_peer_kiwarp_by_reference_ipv6)
+{
+	run_local_byref(kwt_fail, AF_INET6, 65536);
+}
+
+TEST(local_peer_kiwarp_by_reference_mixed)
+{
+	run_local_byref(kwt_fail, KW_PAIR_MIXED, 65536);
+}
+
+TEST(local_peer_kiwarp_mtu_9000)
+{
+	run_local_byref(kwt_fail, AF_INET, 9000);
+}
+
+TEST(local_peer_kiwarp_small_fpdus_not_by_reference)
+{
+	run_local_byref(kwt_fail, AF_INET, 1500);
 }
 
 /*

@@ -475,6 +475,18 @@ struct kiwarp_query_qp {
  * Documentation/architecture.md, "Out-of-order placement").
  */
 #define KIWARP_QPQ_OOO		(1U << 1)
+/*
+ * TX_LOCAL: the QP's last Send or RDMA Write above copy_max went by page
+ * reference to a kiwarp QP on this host (loopback), whose receive places
+ * it straight from the sender's pages: one copy in all, where the stack
+ * would copy pages sent with zero copy once more (TX_COPIED). That needs
+ * FPDUs of at least 4 KiB (a path MTU above about 4.2 KB; with smaller
+ * ones the message is copied). Such a WR completes once TCP saw it
+ * acknowledged and the peer's receive has taken all of it out of its
+ * socket: the buffer may be reused then. Not with markers, nor to an
+ * extended socket (IWARP_MODE), whose reader copies later.
+ */
+#define KIWARP_QPQ_TX_LOCAL	(1U << 2)
 
 #define KIWARP_MODIFY_ERROR	1	/* to ERROR: flush everything */
 #define KIWARP_MODIFY_CLOSE	2	/* orderly close once the SQ drained and
