@@ -498,8 +498,7 @@ void kw_qp_wait_acks(struct kw_qp *qp)
 	/* Pairs with the smp_mb() in tcp_check_space(): an ACK that raced
 	 * with the set_bit either sees the bit or is seen by this check. */
 	smp_mb__after_atomic();
-	if (kw_qp_sq_complete(qp))
-		kw_qp_watch_read(qp);
+	kw_qp_sq_complete(qp);
 }
 
 static void kw_write_space(struct sock *sk)
@@ -648,6 +647,13 @@ static void cm_krestore_timeouts(struct kw_qp *qp)
 	release_sock(sk);
 }
 
+/* tcp_read_sock() actor that takes and drops everything */
+static int cm_discard(read_descriptor_t *desc, struct sk_buff *skb,
+		      unsigned int offset, size_t len)
+{
+	return len;
+}
+
 /* Give the socket back: its owner's fd (if any) works again, closed. */
 void kw_cm_release_sock(struct kw_qp *qp)
 {
@@ -682,6 +688,20 @@ void kw_cm_release_sock(struct kw_qp *qp)
 		cm_krestore_timeouts(qp);	/* its lender (es.c) closes it */
 	} else if (qp->sock_file) {
 		lock_sock(sock->sk);
+		/*
+		 * What TCP received and our receive did not take yet (the
+		 * callbacks are gone) is dropped, not left for the fd: it
+		 * may be pages a peer on this host sent by plain reference
+		 * (tx.c, tx_local_peer()), which that peer's application
+		 * may rewrite as soon as they count as read. After the
+		 * shutdown above TCP queues nothing more (data after our FIN
+		 * resets the stream). A rejected socket received nothing.
+		 */
+		if (!qp->sock_keep_open) {
+			read_descriptor_t rd = { .count = 1 };
+
+			tcp_read_sock(sock->sk, &rd, cm_discard);
+		}
 		WRITE_ONCE(sock->ops, qp->sock_ops);
 		/* after a Reject the application may go on using it */
 		sock->sk->sk_rcvtimeo = qp->sock_rcvtimeo;

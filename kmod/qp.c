@@ -320,22 +320,29 @@ static void post_cqe(struct kw_qp *qp, struct kw_cq *cq,
  * Is a transmitted WR's data acknowledged? Its pages were handed to TCP by
  * reference (zero copy), so its buffer may be reused only when TCP no
  * longer needs it for retransmission: then the WR completes, as on an RNIC.
- * Sent to a peer on this host with no ubuf (await_read, tx.c), the peer's
- * socket may hold the very pages after its ACK: it must also have read
- * them. Both sockets count the same sequence space (one connection), and
- * tx_peer_sk is set before any await_read WR.
  */
 static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 {
 	struct sock *sk = qp->ack_sk;
 
-	if (!sk)
-		return true;
-	if (before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq))
-		return false;
-	return !wr->await_read ||
-	       !before(READ_ONCE(tcp_sk(qp->tx_peer_sk)->copied_seq),
-		       wr->end_seq);
+	return !sk || !before(READ_ONCE(tcp_sk(sk)->snd_una), wr->end_seq);
+}
+
+/*
+ * Has the peer on this host that an await_read WR went to by plain page
+ * reference (tx.c, tx_local_peer()) taken all of it out of its socket?
+ * Its skbs may hold the very pages after TCP acknowledged them. Its
+ * copied_seq passed the WR's end (both sockets count one sequence space),
+ * or the socket is closed (SOCK_DEAD: tcp_close() dropped what was
+ * unread, and nobody can read it any more). tx_peer_sk is set before any
+ * await_read WR. Caller holds qp->lock.
+ */
+static bool wr_read(const struct kw_qp *qp, const struct kw_wr *wr)
+{
+	const struct sock *p = qp->tx_peer_sk;
+
+	return !before(READ_ONCE(tcp_sk(p)->copied_seq), wr->end_seq) ||
+	       sock_flag(p, SOCK_DEAD);
 }
 
 /* A sent WR whose data TCP saw acknowledged is done (delivered). */
@@ -344,15 +351,30 @@ static void wr_check_acked(struct kw_qp *qp, struct kw_wr *wr)
 	if (!wr->done && wr->await_ack && wr_acked(qp, wr)) {
 		wr->done = true;
 		wr->await_ack = false;
-		wr->await_read = false;
 	}
 }
 
-/* Complete SQ WRs in order. Caller holds qp->lock. */
-static void sq_complete_locked(struct kw_qp *qp)
+static void qp_queue_read(struct kw_qp *qp, unsigned long delay)
+{
+	if (READ_ONCE(qp->dying))
+		return;
+	kref_get(&qp->ref);
+	if (!queue_delayed_work(kw_wq, &qp->read_work, delay))
+		kw_qp_put(qp);	/* not the last: the caller has one */
+}
+
+/*
+ * Complete SQ WRs in order. Caller holds qp->lock. Returns true if the
+ * oldest is done but waits for its peer to read it (await_read), which no
+ * event of ours may signal: normally the peer's receive, in the softirq
+ * that got the segment, has read it before TCP handles the ACK, which the
+ * same CPU queued behind it; with the ACK handled on another CPU (RPS,
+ * RFS), or after a flush, read_work looks again.
+ */
+static bool sq_complete_locked(struct kw_qp *qp)
 {
 	struct kiwarp_cqe cqe;
-	bool failed = false, signal;
+	bool failed = false, signal, unread = false;
 
 	lockdep_assert_held(&qp->lock);
 	while (qp->sq_compl != qp->sq_pulled) {
@@ -361,6 +383,17 @@ static void sq_complete_locked(struct kw_qp *qp)
 		wr_check_acked(qp, wr);
 		if (!wr->done || wr->held)
 			break;
+		/* flushed too: TCP may still deliver it, and the peer would
+		 * read the buffer as the application rewrote it */
+		if (wr->await_read) {
+			if (!wr_read(qp, wr)) {
+				unread = true;
+				if (!qp->read_polling)
+					qp_queue_read(qp, 1);
+				break;
+			}
+			wr->await_read = false;
+		}
 		cqe = cqe_of(qp, wr, wr->wqe.opcode, 0, 0);
 		signal = wr->signaled || wr->status != KIWARP_WC_SUCCESS;
 		if (wr->status != KIWARP_WC_SUCCESS &&
@@ -380,6 +413,7 @@ static void sq_complete_locked(struct kw_qp *qp)
 	 * see that the send queue drained (it finishes the close). */
 	if (qp->state == KIWARP_QPS_CLOSING && qp->sq_compl == qp->sq_pulled)
 		kw_qp_queue(qp, &qp->tx_work);
+	return unread;
 }
 
 /*
@@ -431,59 +465,26 @@ bool kw_qp_sq_complete(struct kw_qp *qp)
 }
 
 /*
- * Whether the oldest WR is acknowledged but not yet read by the peer on
- * this host it went to (await_read): no further ACK may come to complete
- * it then. Normally the peer's receive (in the softirq that got the
- * segment) has read it before TCP handles the ACK, which the same CPU
- * queued behind it; with the ACK handled on another CPU (RPS, RFS), or a
- * peer that stopped reading, read_work looks again.
- */
-static bool sq_unread(struct kw_qp *qp)
-{
-	const struct kw_wr *wr;
-	bool unread;
-
-	spin_lock_bh(&qp->lock);
-	wr = &qp->sq_wr[qp->sq_compl & (qp->sq.entries - 1)];
-	unread = qp->sq_compl != qp->sq_pulled && !wr->done &&
-		 wr->await_ack && wr->await_read && qp->ack_sk &&
-		 !before(READ_ONCE(tcp_sk(qp->ack_sk)->snd_una), wr->end_seq);
-	spin_unlock_bh(&qp->lock);
-	return unread;
-}
-
-static void qp_queue_read(struct kw_qp *qp, unsigned long delay)
-{
-	if (READ_ONCE(qp->dying))
-		return;
-	kref_get(&qp->ref);
-	if (!queue_delayed_work(kw_wq, &qp->read_work, delay))
-		kw_qp_put(qp);
-}
-
-/* After an ACK that left the oldest WR waiting (kw_qp_wait_acks()). */
-void kw_qp_watch_read(struct kw_qp *qp)
-{
-	if (sq_unread(qp))
-		qp_queue_read(qp, 1);
-}
-
-/*
- * read_work: an await_read WR is acknowledged and still not read. Looks
- * again, after 1, 2, 4 ... jiffies up to a second while nothing changes:
- * a peer that stopped reading (its QP failed; its Terminate or FIN ends
- * ours) costs a few runs, not a busy loop.
+ * read_work: the oldest WR waits for its peer on this host to read it
+ * (sq_complete_locked()). Looks again after 1, 2, 4 ... jiffies, up to a
+ * second while nothing changes: a peer that is slow to read costs a few
+ * runs, not a busy loop. A peer that stopped reading for good is reset by
+ * abort_work (its QP then discards what it holds) or closed.
  */
 static void read_work(struct work_struct *w)
 {
 	struct kw_qp *qp = container_of(to_delayed_work(w), struct kw_qp,
 					read_work);
+	bool unread;
 
-	kw_qp_sq_complete(qp);
-	if (!READ_ONCE(qp->dying) && sq_unread(qp)) {
-		/* only this work item writes read_polls: it never runs
-		 * twice at a time */
-		if (qp->read_polls < 8)
+	spin_lock_bh(&qp->lock);
+	qp->read_polling = true;	/* we queue the next run ourselves */
+	unread = sq_complete_locked(qp);
+	qp->read_polling = false;
+	spin_unlock_bh(&qp->lock);
+	/* only this work item uses read_polls: it never runs twice at once */
+	if (unread) {
+		if (qp->read_polls < 10)
 			qp->read_polls++;
 		qp_queue_read(qp, min_t(unsigned long, HZ,
 					1UL << qp->read_polls));
@@ -1112,8 +1113,16 @@ static void qp_teardown(struct kw_qp *qp)
 	spin_lock_bh(&qp->lock);
 	qp->state = KIWARP_QPS_ERROR;
 	sq_pull_locked(qp);
-	for (i = qp->sq_compl; i != qp->sq_pulled; i++)
+	/*
+	 * await_read too: a peer on this host reads nothing of ours any
+	 * more but in its own receive, as TCP hands it over (its fd gets
+	 * nothing kiwarp received: kw_cm_release_sock()), and our stream is
+	 * closed or reset now.
+	 */
+	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		qp->sq_wr[i & (qp->sq.entries - 1)].held = false;
+		qp->sq_wr[i & (qp->sq.entries - 1)].await_read = false;
+	}
 	flush_locked(qp);
 	qp->cq_detached = true;
 	spin_unlock_bh(&qp->lock);

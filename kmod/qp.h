@@ -305,6 +305,7 @@ struct kw_qp {
 	struct delayed_work read_work;	/* an await_read WR was acked but
 					 * not yet read: look again (qp.c) */
 	u8 read_polls;		/* read_work's runs without progress */
+	bool read_polling;	/* read_work in sq_complete_locked(); qp->lock */
 
 	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;
@@ -335,7 +336,6 @@ void kw_qp_local_error_locked(struct kw_qp *qp);
 void kw_qp_fail(struct kw_qp *qp, const struct kw_term *t,
 		const u8 *bad, u32 bad_len);
 bool kw_qp_sq_complete(struct kw_qp *qp);
-void kw_qp_watch_read(struct kw_qp *qp);
 bool kw_qp_zc_in_tcp(struct kw_qp *qp);
 void kw_qp_wait_acks(struct kw_qp *qp);
 void kw_qp_kick_tx(struct kw_qp *qp);

@@ -214,6 +214,49 @@ static void case_term(int *kwt_fail, bool crc, struct kw_tx_msg *m,
 	kend_fini(&k);
 }
 
+/*
+ * A QP gives a handed-in socket back, at destroy, with nothing TCP received
+ * for it left to read: with CRC a partial FPDU waits in the socket for its
+ * rest, and must be dropped, not read by the fd's owner afterwards. (Such
+ * bytes may be pages a kiwarp peer on this host sent by plain reference,
+ * KIWARP_QPQ_TX_LOCAL, which its application rewrites once they count as
+ * read.)
+ */
+TEST(destroy_leaves_nothing_to_read_on_the_fd)
+{
+	static struct kend k;
+	static uint8_t pl[KBUF];
+	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .crc = true,
+			       .mulpdu = 1448, .len = 1000 };
+	struct kw_tx_fpdu f;
+	uint32_t off = 0, crcv;
+	char got[2048];
+	ssize_t n;
+
+	setup(&k, true, kwt_fail);
+	m.stag = k.mr->stag;
+	m.to = (uintptr_t)k.buf;
+	memset(pl, 0x5a, sizeof(pl));
+	ASSERT_EQ(kw_tx_fpdu_next(&m, &off, &f), 0);
+	crcv = kw_mpa_crc_update(kw_mpa_crc_init(), f.hdr, f.hdr_len);
+	crcv = kw_mpa_crc_update(crcv, pl + f.payload_off, f.payload_len);
+	kw_tx_fpdu_seal(&m, &f, crcv);
+	ASSERT_EQ(writen(k.raw, f.hdr, f.hdr_len), 0);
+	ASSERT_EQ(writen(k.raw, pl, f.payload_len / 2), 0);	/* half */
+	usleep(300 * 1000);
+	ASSERT_EQ(kw_destroy_qp(k.qp), 0);
+	n = recv(k.sock, got, sizeof(got), MSG_DONTWAIT);
+	printf("# recv() on the fd after destroy: %zd (%s)\n", n,
+	       n < 0 ? strerror(errno) : "bytes");
+	EXPECT_LE(n, 0);
+	kw_dereg_mr(k.mr);
+	kw_destroy_cq(k.cq);
+	kw_dealloc_pd(k.pd);
+	kw_close(k.dev);
+	close(k.sock);
+	close(k.raw);
+}
+
 TEST(bad_crc)
 {
 	struct kw_tx_msg m = { .opcode = KW_OP_WRITE, .len = 100, .stag = 1 };

@@ -274,7 +274,8 @@ struct kiwarp_create_qp {
  * to TCP by page reference (zero copy) and its WR completes once TCP saw
  * all of it acknowledged by the peer, when the pages are no longer read.
  * Either way a completion says the buffer is free, not that the data was
- * placed at the peer (RFC 5040). Without KIWARP_QP_COPY_MAX, copy_max
+ * placed at the peer (RFC 5040); to a kiwarp QP on this host it does say
+ * so (KIWARP_QPQ_TX_LOCAL). Without KIWARP_QP_COPY_MAX, copy_max
  * must be 0 and the QP uses KIWARP_COPY_MAX_DEFAULT; with it, copy_max
  * is taken as given (0: every message by reference). Without it, the QP
  * also copies every message while the stack copies pages sent by
