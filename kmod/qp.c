@@ -331,10 +331,14 @@ static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 /*
  * Has the peer on this host that an await_read WR went to by plain page
  * reference (tx.c, tx_local_peer()) taken all of it out of its socket?
- * Its skbs may hold the very pages after TCP acknowledged them. Its
- * copied_seq passed the WR's end (both sockets count one sequence space),
- * or the socket is closed (SOCK_DEAD: tcp_close() dropped what was
- * unread, and nobody can read it any more). tx_peer_sk is set before any
+ * Its skbs may hold the very pages after TCP acknowledged them, and ours
+ * would send them later still. Its copied_seq passed the WR's end (both
+ * sockets count one sequence space); or its socket is closed (SOCK_DEAD:
+ * tcp_close() dropped what was unread, and nobody can read it any more);
+ * or, for a WR that failed, ours is (reset or closed: TCP holds none of
+ * our pages), and what the peer's socket may still hold is read by
+ * nobody but its kiwarp receive, which takes a segment as it arrives, or
+ * drops it (an error, kw_cm_release_sock()). tx_peer_sk is set before any
  * await_read WR. Caller holds qp->lock.
  */
 static bool wr_read(const struct kw_qp *qp, const struct kw_wr *wr)
@@ -342,7 +346,9 @@ static bool wr_read(const struct kw_qp *qp, const struct kw_wr *wr)
 	const struct sock *p = qp->tx_peer_sk;
 
 	return !before(READ_ONCE(tcp_sk(p)->copied_seq), wr->end_seq) ||
-	       sock_flag(p, SOCK_DEAD);
+	       sock_flag(p, SOCK_DEAD) ||
+	       (wr->status != KIWARP_WC_SUCCESS &&
+		READ_ONCE(qp->ack_sk->sk_state) == TCP_CLOSE);
 }
 
 /* A sent WR whose data TCP saw acknowledged is done (delivered). */
@@ -354,22 +360,35 @@ static void wr_check_acked(struct kw_qp *qp, struct kw_wr *wr)
 	}
 }
 
-static void qp_queue_read(struct kw_qp *qp, unsigned long delay)
+/*
+ * read_work in delay jiffies. now: at once, also if it was due later (an
+ * event that may have made the peer's read visible), else not earlier
+ * than it was due.
+ */
+static void qp_queue_read(struct kw_qp *qp, unsigned long delay, bool now)
 {
+	bool pending;
+
 	if (READ_ONCE(qp->dying))
 		return;
 	kref_get(&qp->ref);
-	if (!queue_delayed_work(kw_wq, &qp->read_work, delay))
-		kw_qp_put(qp);	/* not the last: the caller has one */
+	if (now)
+		pending = mod_delayed_work(kw_wq, &qp->read_work, 0);
+	else
+		pending = !queue_delayed_work(kw_wq, &qp->read_work, delay);
+	if (pending)
+		kw_qp_put(qp);	/* it has one; not the last: the caller has */
 }
 
 /*
  * Complete SQ WRs in order. Caller holds qp->lock. Returns true if the
  * oldest is done but waits for its peer to read it (await_read), which no
- * event of ours may signal: normally the peer's receive, in the softirq
- * that got the segment, has read it before TCP handles the ACK, which the
- * same CPU queued behind it; with the ACK handled on another CPU (RPS,
- * RFS), or after a flush, read_work looks again.
+ * event of ours signals. Mostly the peer's receive has read it before TCP
+ * handles the ACK: the peer's softirq sends the ACK first, but the same
+ * CPU's backlog handles it after. Not when the peer takes the segment
+ * from its socket's backlog (release_sock() runs it with BHs on, so the
+ * ACK is handled as it is sent), nor with the ACK handled on another CPU
+ * (RPS, RFS), nor after a flush: read_work looks again, at once first.
  */
 static bool sq_complete_locked(struct kw_qp *qp)
 {
@@ -389,7 +408,7 @@ static bool sq_complete_locked(struct kw_qp *qp)
 			if (!wr_read(qp, wr)) {
 				unread = true;
 				if (!qp->read_polling)
-					qp_queue_read(qp, 1);
+					qp_queue_read(qp, 0, true);
 				break;
 			}
 			wr->await_read = false;
@@ -466,10 +485,10 @@ bool kw_qp_sq_complete(struct kw_qp *qp)
 
 /*
  * read_work: the oldest WR waits for its peer on this host to read it
- * (sq_complete_locked()). Looks again after 1, 2, 4 ... jiffies, up to a
- * second while nothing changes: a peer that is slow to read costs a few
- * runs, not a busy loop. A peer that stopped reading for good is reset by
- * abort_work (its QP then discards what it holds) or closed.
+ * (sq_complete_locked()). Looks again after 2, 4, 8 ... jiffies, at most
+ * a second apart, while nothing changes: a peer that is slow to read
+ * costs a few runs, not a busy loop. A failed WR that a peer never reads
+ * goes once abort_work reset our stream (wr_read()).
  */
 static void read_work(struct work_struct *w)
 {
@@ -487,7 +506,7 @@ static void read_work(struct work_struct *w)
 		if (qp->read_polls < 10)
 			qp->read_polls++;
 		qp_queue_read(qp, min_t(unsigned long, HZ,
-					1UL << qp->read_polls));
+					1UL << qp->read_polls), false);
 	} else {
 		qp->read_polls = 0;
 	}

@@ -1257,12 +1257,13 @@ static struct sock *tx_peer_lookup(struct sock *sk)
 {
 	const struct inet_sock *inet = inet_sk(sk);
 	struct dst_entry *dst = sk_dst_get(sk);
+	struct net_device *dev = dst ? READ_ONCE(dst->dev) : NULL;
 	struct net *net = sock_net(sk);
 	struct sock *p;
 	int ifindex = 0;
 
-	if (dst && dst->dev && (dst->dev->flags & IFF_LOOPBACK))
-		ifindex = dst->dev->ifindex;
+	if (dev && (dev->flags & IFF_LOOPBACK))
+		ifindex = dev->ifindex;
 	dst_release(dst);
 	if (!ifindex)
 		return NULL;
@@ -1293,6 +1294,8 @@ static struct sock *tx_peer_lookup(struct sock *sk)
 	return p;
 }
 
+static bool tx_sk_is_peer(const struct sock *a, const struct sock *b);
+
 /* FPDUs smaller than this make skbs of a few KB by reference: copy them */
 #define KW_TX_LOCAL_MULPDU	4096
 
@@ -1304,27 +1307,42 @@ static struct sock *tx_peer_lookup(struct sock *sk)
  * from the skbs later, rxhold.c). Its socket is looked up once and kept
  * (tx_peer_sk); whether it is still such a QP, per message. Whatever it
  * becomes, a WR sent so completes only once that socket read it
- * (wr_acked()). Paths with small FPDUs copy instead: MAX_SKB_FRAGS
- * pieces of two or three per FPDU would carry a few KB per skb, and the
- * per-skb work costs more than the copy saves (Documentation/
- * performance.md). Caller holds qp->lock and tx_mutex (qp->sock).
+ * (qp.c, wr_read()). Per message, too, that it is still the other end
+ * of this connection: ports and addresses swapped (tx_sk_is_peer()), and
+ * what it received so far between what we sent and what was
+ * acknowledged, so that its copied_seq counts our sequence space (a
+ * mirrored four-tuple through NAT in the namespace would not). Paths with
+ * small FPDUs copy instead: MAX_SKB_FRAGS pieces of two or three per FPDU
+ * would carry a few KB per skb, and the per-skb work costs more than the
+ * copy saves (Documentation/performance.md). Only on x86: TCP publishes
+ * copied_seq with a plain store after the receive's copy, and only there
+ * (TSO) can no load of that copy pass that store, so that a completion
+ * seen after it never races with the peer still reading our pages.
+ * Caller holds qp->lock and tx_mutex (qp->sock).
  */
 static bool tx_local_peer(struct kw_qp *qp)
 {
-	struct sock *p = qp->tx_peer_sk;
+	struct sock *p = qp->tx_peer_sk, *sk = qp->sock->sk;
+	u32 rcv_nxt;
 
 	lockdep_assert_held(&qp->lock);
-	if (kw_qp_mulpdu(qp) < KW_TX_LOCAL_MULPDU)
+	if (!IS_ENABLED(CONFIG_X86) ||
+	    kw_qp_mulpdu(qp) < KW_TX_LOCAL_MULPDU)
 		return false;
 	if (!p) {
-		p = tx_peer_lookup(qp->sock->sk);
+		p = tx_peer_lookup(sk);
 		if (!p)
 			return false;
 		qp->tx_peer_sk = p;	/* our reference: qp_free() */
 	}
+	rcv_nxt = READ_ONCE(tcp_sk(p)->rcv_nxt);
 	return READ_ONCE(p->sk_state) == TCP_ESTABLISHED &&
+	       !sock_flag(p, SOCK_DEAD) &&
 	       READ_ONCE(p->sk_data_ready) == kw_rx_data_ready &&
-	       !READ_ONCE(inet_csk(p)->icsk_ulp_ops);
+	       !READ_ONCE(inet_csk(p)->icsk_ulp_ops) &&
+	       tx_sk_is_peer(p, sk) &&
+	       !before(rcv_nxt, READ_ONCE(tcp_sk(sk)->snd_una)) &&
+	       !after(rcv_nxt, READ_ONCE(tcp_sk(sk)->snd_nxt));
 }
 
 /* Whether every SGE of the message is in a tx_guarded MR (kw_mr). */

@@ -2106,6 +2106,48 @@ static void run_local_byref(int *kwt_fail, int family, int mtu)
 	pair_fini(&p);
 }
 
+/*
+ * A Write by plain reference to a kiwarp peer on this host that fails while
+ * TCP still holds it (every packet dropped) is flushed, but completes only
+ * once TCP let its pages go: abort_work resets the stream 2 s after the
+ * failure. Completed at once, the application would rewrite the buffer and
+ * TCP send the new bytes to the peer when the loss ends.
+ */
+TEST(local_peer_flushed_write_waits_for_its_pages)
+{
+	enum { BIG = MIB };
+	struct pair p = { 0 };
+	struct kiwarp_query_qp q;
+	struct kiwarp_cqe cqe;
+	double t0;
+	size_t i, seen = 0;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo up && "
+			"tc qdisc add dev lo root netem loss 0%"), 0);
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	fill(p.a.buf, BIG, 71);
+	memset(p.b.buf, 0, BIG);
+	ASSERT_EQ(shell("tc qdisc change dev lo root netem loss 100%"), 0);
+	ASSERT_EQ(post_write(&p, 0, BIG), 1);
+	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+	EXPECT_EQ(q.flags & KIWARP_QPQ_TX_LOCAL, KIWARP_QPQ_TX_LOCAL);
+	EXPECT_EQ(poll_cqe_for(p.a.scq, &cqe, 0.3), 0);
+	ASSERT_EQ(kw_modify_qp(p.a.qp, KIWARP_MODIFY_ERROR), 0);
+	t0 = now();
+	EXPECT_EQ(poll_cqe_for(p.a.scq, &cqe, 1), 0);	/* held */
+	ASSERT_EQ(poll_cqe_for(p.a.scq, &cqe, 30), 1);
+	printf("# flushed Write completed %.2f s after the error\n", now() - t0);
+	EXPECT_EQ(cqe.status, KIWARP_WC_WR_FLUSH_ERR);
+	memset(p.a.buf, 0xee, BIG);	/* the application's again */
+	ASSERT_EQ(shell("tc qdisc change dev lo root netem loss 0%"), 0);
+	usleep(1000 * 1000);
+	for (i = 0; i < BIG; i++)
+		seen += p.b.buf[i] == 0xee;
+	EXPECT_EQ(seen, 0u);
+	pair_fini(&p);
+}
+
 TEST(local_peer_kiwarp_by_reference)
 {
 	run_local_byref(kwt_fail, AF_INET, 65536);
