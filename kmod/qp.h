@@ -70,8 +70,9 @@ struct kw_wr {
 	bool held;			/* sent by page reference: completes
 					 * once no skb holds the pages (tx.c) */
 	bool await_read;		/* by reference to a peer on this host
-					 * (tx_peer_sk): done once it read
-					 * end_seq too (tx.c, wr_acked()) */
+					 * (tx_peer_sk): completes, also
+					 * failed, once it read end_seq
+					 * (qp.c, wr_read()) */
 	u32 end_seq;			/* TCP sequence after its last byte */
 	bool signaled;
 	struct kiwarp_term_info term;	/* with an error status */
@@ -302,8 +303,9 @@ struct kw_qp {
 	struct delayed_work abort_work;	/* failed, but a zero window holds
 					 * by-reference data or the
 					 * Terminate in TCP: reset (qp.c) */
-	struct delayed_work read_work;	/* an await_read WR was acked but
-					 * not yet read: look again (qp.c) */
+	struct delayed_work read_work;	/* the oldest WR is done but its
+					 * peer has not read it: look
+					 * again (qp.c) */
 	u8 read_polls;		/* read_work's runs without progress */
 	bool read_polling;	/* read_work in sq_complete_locked(); qp->lock */
 

@@ -51,7 +51,7 @@
  * where the ubuf's would make the stack copy them first. Such a WR
  * (kw_wr.await_read) completes once TCP saw it acknowledged and the
  * peer's socket has read all of it (copied_seq), so no skb holds its
- * pages for a reader any more (qp.c, wr_acked()).
+ * pages for a reader any more (qp.c, wr_read()).
  *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.

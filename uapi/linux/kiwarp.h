@@ -484,8 +484,9 @@ struct kiwarp_query_qp {
  * FPDUs of at least 4 KiB (a path MTU above about 4.2 KB; with smaller
  * ones the message is copied). Such a WR completes once TCP saw it
  * acknowledged and the peer's receive has taken all of it out of its
- * socket: the buffer may be reused then. Not with markers, nor to an
- * extended socket (IWARP_MODE), whose reader copies later.
+ * socket: the buffer may be reused then. A failed one (flushed) too, or
+ * once the connection is reset or closed. Not with markers, nor to an
+ * extended socket (IWARP_MODE), whose reader copies later; x86 only.
  */
 #define KIWARP_QPQ_TX_LOCAL	(1U << 2)
 
