@@ -647,10 +647,11 @@ static void cm_krestore_timeouts(struct kw_qp *qp)
 	release_sock(sk);
 }
 
-/* tcp_read_sock() actor that takes and drops everything */
+/* tcp_read_sock() actor that takes and drops everything, counted */
 static int cm_discard(read_descriptor_t *desc, struct sk_buff *skb,
 		      unsigned int offset, size_t len)
 {
+	desc->written += len;
 	return len;
 }
 
@@ -696,11 +697,17 @@ void kw_cm_release_sock(struct kw_qp *qp)
 		 * may rewrite as soon as they count as read. After the
 		 * shutdown above TCP queues nothing more (data after our FIN
 		 * resets the stream). A rejected socket received nothing.
+		 * Its close still resets the stream, as TCP's does with
+		 * unread data (tcp_close()): linger 0.
 		 */
 		if (!qp->sock_keep_open) {
 			read_descriptor_t rd = { .count = 1 };
 
 			tcp_read_sock(sock->sk, &rd, cm_discard);
+			if (rd.written) {
+				sock_set_flag(sock->sk, SOCK_LINGER);
+				WRITE_ONCE(sock->sk->sk_lingertime, 0);
+			}
 		}
 		WRITE_ONCE(sock->ops, qp->sock_ops);
 		/* after a Reject the application may go on using it */
