@@ -361,11 +361,12 @@ static void wr_check_acked(struct kw_qp *qp, struct kw_wr *wr)
 }
 
 /*
- * read_work in delay jiffies. now: at once, also if it was due later (an
- * event that may have made the peer's read visible), else not earlier
- * than it was due.
+ * Queue a delayed work item of the QP (it holds a reference while queued)
+ * in delay jiffies. now: at once, also if it was due later (an event that
+ * may have changed what it looks at), else not earlier than it was due.
  */
-static void qp_queue_read(struct kw_qp *qp, unsigned long delay, bool now)
+static void qp_queue_delayed(struct kw_qp *qp, struct delayed_work *dw,
+			     unsigned long delay, bool now)
 {
 	bool pending;
 
@@ -373,9 +374,9 @@ static void qp_queue_read(struct kw_qp *qp, unsigned long delay, bool now)
 		return;
 	kref_get(&qp->ref);
 	if (now)
-		pending = mod_delayed_work(kw_wq, &qp->read_work, 0);
+		pending = mod_delayed_work(kw_wq, dw, 0);
 	else
-		pending = !queue_delayed_work(kw_wq, &qp->read_work, delay);
+		pending = !queue_delayed_work(kw_wq, dw, delay);
 	if (pending)
 		kw_qp_put(qp);	/* it has one; not the last: the caller has */
 }
@@ -408,7 +409,8 @@ static bool sq_complete_locked(struct kw_qp *qp)
 			if (!wr_read(qp, wr)) {
 				unread = true;
 				if (!qp->read_polling)
-					qp_queue_read(qp, 0, true);
+					qp_queue_delayed(qp, &qp->read_work,
+							 0, true);
 				break;
 			}
 			wr->await_read = false;
@@ -505,12 +507,13 @@ static void read_work(struct work_struct *w)
 	if (unread) {
 		if (qp->read_polls < 10)
 			qp->read_polls++;
-		qp_queue_read(qp, min_t(unsigned long, HZ,
-					1UL << qp->read_polls), false);
+		qp_queue_delayed(qp, &qp->read_work,
+				 min_t(unsigned long, HZ,
+				       1UL << qp->read_polls), false);
 	} else {
 		qp->read_polls = 0;
 	}
-	kw_qp_put(qp);	/* the reference qp_queue_read() took */
+	kw_qp_put(qp);	/* the reference qp_queue_delayed() took */
 }
 
 /*
@@ -771,11 +774,7 @@ void kw_qp_peer_closed(struct kw_qp *qp)
 
 static void qp_queue_abort(struct kw_qp *qp)
 {
-	if (READ_ONCE(qp->dying))
-		return;
-	kref_get(&qp->ref);
-	if (!queue_delayed_work(kw_wq, &qp->abort_work, KW_ZC_ABORT_DELAY))
-		kw_qp_put(qp);
+	qp_queue_delayed(qp, &qp->abort_work, KW_ZC_ABORT_DELAY, false);
 }
 
 /*

@@ -187,7 +187,6 @@ static bool hold_in_force(unsigned long at, unsigned long hold)
 	return hold && time_in_range(jiffies, at, at + hold);
 }
 
-/* The peer of sk, whose QP is being attached. Process context. */
 /*
  * sk's local (or remote) address as an IPv6 one: an AF_INET socket's
  * IPv4-mapped, as an AF_INET6 socket on an IPv4 connection has it.
@@ -204,6 +203,27 @@ static void tx_sk_addr6(const struct sock *sk, bool local,
 	ipv6_addr_set_v4mapped(local ? sk->sk_rcv_saddr : sk->sk_daddr, a);
 }
 
+/*
+ * Is b the other end of a's TCP connection on this host? Addresses compare
+ * as IPv6 ones (tx_sk_addr6()), so that an AF_INET6 socket on an IPv4
+ * connection (a dual-stack listener's child) matches its AF_INET peer.
+ */
+static bool tx_sk_is_peer(const struct sock *a, const struct sock *b)
+{
+	struct in6_addr al, ar, bl, br;
+
+	if (!net_eq(sock_net(a), sock_net(b)) ||
+	    inet_sk(a)->inet_sport != inet_sk(b)->inet_dport ||
+	    inet_sk(a)->inet_dport != inet_sk(b)->inet_sport)
+		return false;
+	tx_sk_addr6(a, true, &al);
+	tx_sk_addr6(a, false, &ar);
+	tx_sk_addr6(b, true, &bl);
+	tx_sk_addr6(b, false, &br);
+	return ipv6_addr_equal(&al, &br) && ipv6_addr_equal(&ar, &bl);
+}
+
+/* The peer of sk, whose QP is being attached. Process context. */
 void kw_path_init(struct kw_path *p, struct sock *sk)
 {
 	u32 h;
@@ -1294,8 +1314,6 @@ static struct sock *tx_peer_lookup(struct sock *sk)
 	return p;
 }
 
-static bool tx_sk_is_peer(const struct sock *a, const struct sock *b);
-
 /* FPDUs smaller than this make skbs of a few KB by reference: copy them */
 #define KW_TX_LOCAL_MULPDU	4096
 
@@ -1907,26 +1925,6 @@ struct kw_tx_slot {
 };
 
 static DEFINE_PER_CPU(struct kw_tx_slot, kw_tx_slot);
-
-/*
- * Is b the other end of a's TCP connection on this host? Addresses compare
- * as IPv6 ones (tx_sk_addr6()), so that an AF_INET6 socket on an IPv4
- * connection (a dual-stack listener's child) matches its AF_INET peer.
- */
-static bool tx_sk_is_peer(const struct sock *a, const struct sock *b)
-{
-	struct in6_addr al, ar, bl, br;
-
-	if (!net_eq(sock_net(a), sock_net(b)) ||
-	    inet_sk(a)->inet_sport != inet_sk(b)->inet_dport ||
-	    inet_sk(a)->inet_dport != inet_sk(b)->inet_sport)
-		return false;
-	tx_sk_addr6(a, true, &al);
-	tx_sk_addr6(a, false, &ar);
-	tx_sk_addr6(b, true, &bl);
-	tx_sk_addr6(b, false, &br);
-	return ipv6_addr_equal(&al, &br) && ipv6_addr_equal(&ar, &bl);
-}
 
 /*
  * From the receive path of qp (its socket is installed: teardown removes

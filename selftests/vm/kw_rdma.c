@@ -1754,18 +1754,24 @@ TEST(copy_max_given_is_used)
  * MTU 1500: with larger FPDUs a kiwarp peer on this host gets them by
  * plain reference instead, KIWARP_QPQ_TX_LOCAL, local_peer_kiwarp_*.)
  */
-static int post_write(struct pair *p, int i, size_t len)
+/* A signaled Write of len bytes at off from from's buffer to to's. */
+static int end_write(struct end *from, struct end *to, size_t off,
+		     size_t len, uint64_t id)
 {
-	struct kiwarp_sge sge = { (uintptr_t)p->a.buf + i * len, len,
-				  p->a.mr->stag };
+	struct kiwarp_sge sge = { (uintptr_t)from->buf + off, len,
+				  from->mr->stag };
 	struct kw_send_wr wr = {
-		.wr_id = i + 1, .opcode = KIWARP_WR_RDMA_WRITE,
+		.wr_id = id, .opcode = KIWARP_WR_RDMA_WRITE,
 		.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
-		.remote_addr = (uintptr_t)p->b.buf + i * len,
-		.rkey = p->b.mr->stag,
+		.remote_addr = (uintptr_t)to->buf + off, .rkey = to->mr->stag,
 	};
 
-	return kw_post_send(p->a.qp, &wr, 1);
+	return kw_post_send(from->qp, &wr, 1);
+}
+
+static int post_write(struct pair *p, int i, size_t len)
+{
+	return end_write(&p->a, &p->b, i * len, len, i + 1);
 }
 
 /* 1 if a CQE came within secs, 0 if not, -errno */
@@ -2012,21 +2018,6 @@ TEST(local_copy_learned_per_peer)
  * socket on an IPv4 connection). With FPDUs under 4 KiB (loopback at MTU
  * 1500) messages are not sent so, and arrive all the same.
  */
-static void end_write(struct end *from, struct end *to, size_t off,
-		      size_t len, uint64_t id)
-{
-	struct kiwarp_sge sge = { (uintptr_t)from->buf + off, len,
-				  from->mr->stag };
-	struct kw_send_wr wr = {
-		.wr_id = id, .opcode = KIWARP_WR_RDMA_WRITE,
-		.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
-		.remote_addr = (uintptr_t)to->buf + off, .rkey = to->mr->stag,
-	};
-
-	if (kw_post_send(from->qp, &wr, 1) != 1)
-		abort();
-}
-
 static void run_local_byref(int *kwt_fail, int family, int mtu)
 {
 	enum { BIG = MIB, N = 6, SEND = 256 * 1024 };
@@ -2052,7 +2043,7 @@ static void run_local_byref(int *kwt_fail, int family, int mtu)
 
 		fill(from->buf, BIG, 60 + i);
 		memcpy(want, from->buf, BIG);
-		end_write(from, to, 0, BIG, i);
+		ASSERT_EQ(end_write(from, to, 0, BIG, i), 1);
 		ASSERT_EQ(wait_cqe(from->scq, &cqe), 0);
 		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
 		EXPECT_EQ(cqe.wr_id, (uint64_t)i);
