@@ -329,26 +329,64 @@ static bool wr_acked(struct kw_qp *qp, const struct kw_wr *wr)
 }
 
 /*
- * Has the peer on this host that an await_read WR went to by plain page
- * reference (tx.c, tx_local_peer()) taken all of it out of its socket?
- * Its skbs may hold the very pages after TCP acknowledged them, and ours
- * would send them later still. Its copied_seq passed the WR's end (both
- * sockets count one sequence space); or its socket is closed (SOCK_DEAD:
- * tcp_close() dropped what was unread, and nobody can read it any more);
- * or, for a WR that failed, ours is (reset or closed: TCP holds none of
- * our pages), and what the peer's socket may still hold is read by
- * nobody but its kiwarp receive, which takes a segment as it arrives, or
- * drops it (an error, kw_cm_release_sock()). tx_peer_sk is set before any
- * await_read WR. Caller holds qp->lock.
+ * How long an await_read WR waits, after our stream ended, for a segment
+ * of it that TCP let go of but the peer's TCP has not taken in yet (in a
+ * qdisc or a CPU's backlog between the two sockets): wr_read(). Teardown
+ * waits as long for skbs that hold a held WR's pages (qp_await_pages()).
  */
-static bool wr_read(const struct kw_qp *qp, const struct kw_wr *wr)
-{
-	const struct sock *p = qp->tx_peer_sk;
+#define KW_PAGES_WAIT	HZ
 
-	return !before(READ_ONCE(tcp_sk(p)->copied_seq), wr->end_seq) ||
-	       sock_flag(p, SOCK_DEAD) ||
-	       (wr->status != KIWARP_WC_SUCCESS &&
-		READ_ONCE(qp->ack_sk->sk_state) == TCP_CLOSE);
+/*
+ * Is the peer's socket's lock held now (owned by a task, or its spinlock
+ * by a softirq's receive)? After a load of what such a hold changes: a
+ * hold that changed it is over if this says no. x86 only, as await_read
+ * (tx.c, tx_local_peer()): loads are not reordered with loads.
+ */
+static bool peer_sk_locked(struct sock *p)
+{
+	smp_rmb();
+	return READ_ONCE(p->sk_lock.owned) || spin_is_locked(&p->sk_lock.slock);
+}
+
+/*
+ * Has the peer on this host that an await_read WR went to by plain page
+ * reference (tx.c, tx_local_peer()) done with its pages? Its skbs may hold
+ * the very pages after TCP acknowledged them, and ours would send them
+ * later still. Yes if
+ *  - its socket read all of it (copied_seq; both sockets count one
+ *    sequence space);
+ *  - or it is closed (SOCK_DEAD: tcp_close() dropped what was unread, and
+ *    nobody can read it any more) or ended (TCP_CLOSE: reset, or our own
+ *    reset reached it behind our data, and it takes nothing more);
+ *  - or our stream ended (reset or closed: the WR failed, or teardown
+ *    with @ended), so TCP sends none of it any more, and what the peer's
+ *    TCP took in of it (rcv_nxt) its kiwarp receive took too, in the same
+ *    hold of the socket's lock, which is over: placed, or left to be
+ *    dropped (kw_cm_release_sock()), as no segment follows to complete
+ *    an FPDU. What the peer's TCP has not taken in is still between the
+ *    two sockets (a qdisc, a CPU's backlog), or lost: it gets
+ *    KW_PAGES_WAIT from when we first saw the stream ended.
+ * tx_peer_sk is set before any await_read WR. Caller holds qp->lock.
+ */
+static bool wr_read(struct kw_qp *qp, const struct kw_wr *wr, bool ended)
+{
+	struct sock *p = qp->tx_peer_sk;
+
+	lockdep_assert_held(&qp->lock);
+	if (!before(READ_ONCE(tcp_sk(p)->copied_seq), wr->end_seq) ||
+	    sock_flag(p, SOCK_DEAD) || READ_ONCE(p->sk_state) == TCP_CLOSE)
+		return true;
+	if (!ended && (wr->status == KIWARP_WC_SUCCESS ||
+		       READ_ONCE(qp->ack_sk->sk_state) != TCP_CLOSE))
+		return false;
+	if (!qp->ended_seen) {
+		qp->ended_seen = true;
+		qp->ended_at = jiffies;
+	}
+	if (!before(READ_ONCE(tcp_sk(p)->rcv_nxt), wr->end_seq) &&
+	    !peer_sk_locked(p))
+		return true;
+	return time_after(jiffies, qp->ended_at + KW_PAGES_WAIT);
 }
 
 /* A sent WR whose data TCP saw acknowledged is done (delivered). */
@@ -406,7 +444,7 @@ static bool sq_complete_locked(struct kw_qp *qp)
 		/* flushed too: TCP may still deliver it, and the peer would
 		 * read the buffer as the application rewrote it */
 		if (wr->await_read) {
-			if (!wr_read(qp, wr)) {
+			if (!wr_read(qp, wr, false)) {
 				unread = true;
 				if (!qp->read_polling)
 					qp_queue_delayed(qp, &qp->read_work,
@@ -490,7 +528,8 @@ bool kw_qp_sq_complete(struct kw_qp *qp)
  * (sq_complete_locked()). Looks again after 2, 4, 8 ... jiffies, at most
  * a second apart, while nothing changes: a peer that is slow to read
  * costs a few runs, not a busy loop. A failed WR that a peer never reads
- * goes once abort_work reset our stream (wr_read()).
+ * goes once abort_work reset our stream, KW_PAGES_WAIT later at most
+ * (wr_read()).
  */
 static void read_work(struct work_struct *w)
 {
@@ -1077,6 +1116,38 @@ err_unlock:
 }
 
 /*
+ * Teardown, our stream reset or closed and the transmit's own references
+ * dropped: wait, KW_PAGES_WAIT at most, until no skb holds the pages of a
+ * send WR any more, so that once flushed the buffers are the
+ * application's, as an RNIC's destroy ends its DMA. TCP let go of them,
+ * but a clone may still be in a qdisc, a NIC's ring or a CPU's backlog
+ * (a held WR: its ubuf tells, kw_qp_wr_released()), or in the receive of
+ * a peer on this host (await_read: wr_read()). Completions meanwhile go
+ * to the CQs as usual; nothing is queued (dying).
+ */
+static void qp_await_pages(struct kw_qp *qp)
+{
+	unsigned long end = jiffies + KW_PAGES_WAIT;
+	bool out;
+	u32 i;
+
+	for (;;) {
+		out = false;
+		spin_lock_bh(&qp->lock);
+		for (i = qp->sq_compl; i != qp->sq_pulled && !out; i++) {
+			struct kw_wr *wr = &qp->sq_wr[i & (qp->sq.entries - 1)];
+
+			out = wr->held ||
+			      (wr->await_read && !wr_read(qp, wr, true));
+		}
+		spin_unlock_bh(&qp->lock);
+		if (!out || time_after(jiffies, end))
+			break;
+		schedule_timeout_uninterruptible(1);
+	}
+}
+
+/*
  * Destroy a QP the caller has removed from ctx->qps. Other threads may
  * still hold references (a doorbell or CM ioctl in progress, a queued work
  * item): from the moment dying is set under qp->lock none of them starts
@@ -1123,20 +1194,17 @@ static void qp_teardown(struct kw_qp *qp)
 	/* waits for an inline transmit in a racing doorbell */
 	mutex_lock(&qp->tx_mutex);
 	kw_cm_release_sock(qp);
+	kw_tx_abandon(qp);	/* our own ubuf reference */
 	mutex_unlock(&qp->tx_mutex);
 	mutex_unlock(&qp->cm_lock);
+	qp_await_pages(qp);
 
 	/* skbs still in flight: their release no longer reaches the QP */
 	kw_tx_zc_detach(qp);
 	spin_lock_bh(&qp->lock);
 	qp->state = KIWARP_QPS_ERROR;
 	sq_pull_locked(qp);
-	/*
-	 * await_read too: a peer on this host reads nothing of ours any
-	 * more but in its own receive, as TCP hands it over (its fd gets
-	 * nothing kiwarp received: kw_cm_release_sock()), and our stream is
-	 * closed or reset now.
-	 */
+	/* what qp_await_pages() gave up on */
 	for (i = qp->sq_compl; i != qp->sq_pulled; i++) {
 		qp->sq_wr[i & (qp->sq.entries - 1)].held = false;
 		qp->sq_wr[i & (qp->sq.entries - 1)].await_read = false;

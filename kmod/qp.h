@@ -308,6 +308,10 @@ struct kw_qp {
 					 * again (qp.c) */
 	u8 read_polls;		/* read_work's runs without progress */
 	bool read_polling;	/* read_work in sq_complete_locked(); qp->lock */
+	/* when wr_read() first found our stream ended, and whether it did:
+	 * await_read WRs then wait KW_PAGES_WAIT at most (qp->lock) */
+	bool ended_seen;
+	unsigned long ended_at;
 
 	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;

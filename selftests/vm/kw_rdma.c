@@ -2139,6 +2139,87 @@ TEST(local_peer_flushed_write_waits_for_its_pages)
 	pair_fini(&p);
 }
 
+/*
+ * A QP destroyed while segments of a by-reference Write are still between
+ * the two sockets (netem holds every segment on lo for delay_ms): TCP let
+ * go of them at the reset, but their clones hold the pages. Destroy waits
+ * until no skb holds them, a second at most, so the buffer rewritten right
+ * after never reaches the peer; the peer gets what was in flight as
+ * posted. The peer takes the pages through a ubuf, copied on delivery (lo
+ * at MTU 1500: small FPDUs), or places them straight from them (a kiwarp
+ * QP on this host, KIWARP_QPQ_TX_LOCAL). Before (2026-11-28) destroy
+ * returned at once and the peer placed the rewritten bytes.
+ */
+static void run_destroy_in_flight(int *kwt_fail, int mtu, int delay_ms)
+{
+	enum { BIG = MIB };
+	struct pair p = { 0 };
+	struct kiwarp_query_qp q;
+	size_t i, as_posted = 0, rewritten = 0;
+	uint8_t *want;
+	double t0, took;
+	char cmd[128];
+
+	/* given: by reference, whatever the stack did before; no CRC,
+	 * which would refuse the rewritten FPDUs (a Terminate) */
+	p.pa.flags = p.pb.flags = KIWARP_CONN_NO_CRC;
+	p.a.qp_flags = KW_QP_INIT_COPY_MAX;
+	p.a.copy_max = KIWARP_COPY_MAX_DEFAULT;
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	snprintf(cmd, sizeof(cmd), "ip link set lo mtu %d up", mtu);
+	ASSERT_EQ(shell(cmd), 0);
+	ASSERT_EQ(pair_connect(&p, 4 * MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	snprintf(cmd, sizeof(cmd), "tc qdisc add dev lo root netem delay %dms",
+		 delay_ms);
+	ASSERT_EQ(shell(cmd), 0);
+	want = malloc(BIG);
+	ASSERT_NE(want, NULL);
+	fill(want, BIG, 71);
+	memcpy(p.a.buf, want, BIG);
+	ASSERT_EQ(post_write(&p, 0, BIG), 1);
+	usleep(100 * 1000);		/* the first window is in netem */
+	memset(&q, 0, sizeof(q));
+	ASSERT_EQ(kw_query_qp(p.a.qp, &q), 0);
+	EXPECT_EQ(!!(q.flags & KIWARP_QPQ_TX_LOCAL), mtu > 4096);
+	t0 = now();
+	ASSERT_EQ(kw_destroy_qp(p.a.qp), 0);
+	took = now() - t0;
+	p.a.qp = NULL;
+	memset(p.a.buf, 0xee, BIG);	/* the application's again */
+	EXPECT_LT(took, 3.0);		/* bounded: KW_PAGES_WAIT */
+	usleep(delay_ms * 1000 + 500 * 1000);
+	for (i = 0; i < BIG; i++) {
+		as_posted += want[i] && want[i] != 0xee && p.b.buf[i] == want[i];
+		rewritten += want[i] != 0xee && p.b.buf[i] == 0xee;
+	}
+	printf("# destroy took %.2f s; the peer got %zu B as posted, %zu B rewritten after the destroy\n",
+	       took, as_posted, rewritten);
+	if (delay_ms < 1000) {
+		EXPECT_GT(as_posted, 0u);	/* something was in flight */
+		EXPECT_EQ(rewritten, 0u);
+	} else {
+		EXPECT_GT(took, 0.5);	/* it waited, then gave up */
+	}
+	free(want);
+	pair_fini(&p);
+}
+
+TEST(destroy_waits_for_pages_a_qdisc_holds)
+{
+	run_destroy_in_flight(kwt_fail, 1500, 200);
+}
+
+TEST(destroy_waits_for_pages_a_local_peer_has_not_taken)
+{
+	run_destroy_in_flight(kwt_fail, 65536, 200);
+}
+
+/* A qdisc that holds them longer: destroy gives up after a second. */
+TEST(destroy_waits_for_pages_a_second_at_most)
+{
+	run_destroy_in_flight(kwt_fail, 1500, 3000);
+}
+
 TEST(local_peer_kiwarp_by_reference)
 {
 	run_local_byref(kwt_fail, AF_INET, 65536);
