@@ -1359,11 +1359,11 @@ static long long pins(void)
 
 static char cg_path[128];
 
-/* Kernel memory charged to our cgroup (bytes), or -1 without memcg. */
-static long long cg_kernel(void)
+/* One item of our cgroup's memory.stat (bytes), or -1 without memcg. */
+static long long cg_stat(const char *item)
 {
 	char path[192], name[64];
-	long long v, sum = 0;
+	long long v, r = 0;
 	FILE *f;
 
 	if (!cg_path[0])
@@ -1372,14 +1372,31 @@ static long long cg_kernel(void)
 	f = fopen(path, "r");
 	if (!f)
 		return -1;
-	/* "kernel": slab, percpu, vmalloc, stacks, page tables and pages
-	 * allocated with __GFP_ACCOUNT (kiwarp's rings); "sock": buffers */
 	while (fscanf(f, "%63s %lld", name, &v) == 2)
-		if (!strcmp(name, "kernel") || !strcmp(name, "sock"))
-			sum += v;
+		if (!strcmp(name, item))
+			r = v;
 	fclose(f);
-	return sum;
+	return r;
 }
+
+/*
+ * Kernel memory charged to our cgroup (bytes), or -1 without memcg:
+ * "kernel" (slab, percpu, vmalloc, stacks, page tables and pages
+ * allocated with __GFP_ACCOUNT, kiwarp's rings) and "sock" (buffers).
+ */
+static long long cg_kernel(void)
+{
+	long long k = cg_stat("kernel"), s = cg_stat("sock");
+
+	return k < 0 || s < 0 ? -1 : k + s;
+}
+
+/* what they are made of, for the report */
+static const char *const cg_items[] = {
+	"slab_unreclaimable", "slab_reclaimable", "percpu", "pagetables",
+	"kernel_stack", "vmalloc", "sock",
+};
+#define CG_ITEMS ((int)(sizeof(cg_items) / sizeof(cg_items[0])))
 
 /* Move ourselves into a fresh memory cgroup, if the kernel has memcg. */
 static void cg_enter(void)
@@ -1673,7 +1690,7 @@ int main(int argc, char **argv)
 	};
 	unsigned n_traffic = 4, n_churn = 30, n_kill = 20;
 	double phase_timeout = 0;
-	long long pin0, pin1, cg0, cg1, sl0, sl1;
+	long long pin0, pin1, cg0, cg1, sl0, sl1, cgi0[CG_ITEMS];
 	struct cfg c;
 	int o, i;
 
@@ -1740,6 +1757,8 @@ int main(int argc, char **argv)
 	pin0 = pins();
 	cg0 = cg_kernel();
 	sl0 = meminfo("SUnreclaim");
+	for (i = 0; i < CG_ITEMS; i++)
+		cgi0[i] = cg_stat(cg_items[i]);
 
 	/* 1: every byte of long transfers over the faulty link */
 	c = base;
@@ -1791,6 +1810,13 @@ int main(int argc, char **argv)
 	printf("# pins %lld -> %lld; cgroup kernel memory %lld -> %lld; "
 	       "SUnreclaim %lld -> %lld kB\n", pin0, pin1, cg0, cg1,
 	       sl0 / 1024, sl1 / 1024);
+	if (cg0 >= 0) {
+		printf("# of it, kB:");
+		for (i = 0; i < CG_ITEMS; i++)
+			printf(" %s %+lld", cg_items[i],
+			       (cg_stat(cg_items[i]) - cgi0[i]) / 1024);
+		printf("\n");
+	}
 	/*
 	 * Exact for pins. The memory cgroup sees only what our processes
 	 * caused to be charged (kiwarp charges everything it allocates);
