@@ -160,6 +160,16 @@ static int owned_setsockopt(struct socket *sock, int level, int optname,
 	return -EBUSY;
 }
 
+/*
+ * SO_RCVLOWAT: TCP calls sk_data_ready, our receive, only once that many
+ * bytes are queued; kiwarp keeps it 1 while it owns the socket (a local
+ * peer sending by plain reference relies on it: tx.c, tx_local_peer()).
+ */
+static int owned_set_rcvlowat(struct sock *sk, int val)
+{
+	return -EBUSY;
+}
+
 static int owned_getsockopt(struct socket *sock, int level, int optname,
 			    char __user *optval, int __user *optlen)
 {
@@ -236,6 +246,7 @@ static const struct proto_ops *owned_ops_for(int family,
 		o->ops.accept = owned_accept;
 		o->ops.shutdown = owned_shutdown;
 		o->ops.setsockopt = owned_setsockopt;
+		o->ops.set_rcvlowat = owned_set_rcvlowat;
 		o->ops.getsockopt = owned_getsockopt;
 		o->ops.sendmsg = owned_sendmsg;
 		o->ops.recvmsg = owned_recvmsg;
@@ -710,6 +721,7 @@ void kw_cm_release_sock(struct kw_qp *qp)
 			}
 		}
 		WRITE_ONCE(sock->ops, qp->sock_ops);
+		WRITE_ONCE(sock->sk->sk_rcvlowat, qp->sock_rcvlowat);
 		/* after a Reject the application may go on using it */
 		sock->sk->sk_rcvtimeo = qp->sock_rcvtimeo;
 		sock->sk->sk_sndtimeo = qp->sock_sndtimeo;
@@ -965,6 +977,8 @@ static int take_sock(struct kw_qp *qp, struct socket *sock, struct file *file,
 	if (owned) {
 		__module_get(THIS_MODULE);	/* put when the ops go back */
 		WRITE_ONCE(sock->ops, owned);
+		qp->sock_rcvlowat = sk->sk_rcvlowat;	/* owned_set_rcvlowat() */
+		WRITE_ONCE(sk->sk_rcvlowat, 1);
 	}
 	kw_path_init(&path, sk);
 	kw_paths_alloc(qp->ctx);

@@ -356,12 +356,16 @@ static bool peer_sk_locked(struct sock *p)
  *  - its socket read all of it (copied_seq; both sockets count one
  *    sequence space);
  *  - or it is closed (SOCK_DEAD: tcp_close() dropped what was unread, and
- *    nobody can read it any more) or ended (TCP_CLOSE: reset, or our own
- *    reset reached it behind our data, and it takes nothing more);
+ *    nobody can read it any more);
+ *  - or it ended (TCP_CLOSE: reset, or our own reset reached it behind
+ *    our data, or our FIN in TIME_WAIT) in a hold of its lock that is
+ *    over: its kiwarp receive drains what it can in that very hold
+ *    (tcp_done() -> sk_state_change), and no segment comes in after;
  *  - or our stream ended (reset or closed: the WR failed, or teardown
  *    with @ended), so TCP sends none of it any more, and what the peer's
  *    TCP took in of it (rcv_nxt) its kiwarp receive took too, in the same
- *    hold of the socket's lock, which is over: placed, or left to be
+ *    hold of the socket's lock (sk_data_ready for every byte: kiwarp
+ *    keeps SO_RCVLOWAT 1), which is over: placed, or left to be
  *    dropped (kw_cm_release_sock()), as no segment follows to complete
  *    an FPDU. What the peer's TCP has not taken in is still between the
  *    two sockets (a qdisc, a CPU's backlog), or lost: it gets
@@ -374,19 +378,20 @@ static bool wr_read(struct kw_qp *qp, const struct kw_wr *wr, bool ended)
 
 	lockdep_assert_held(&qp->lock);
 	if (!before(READ_ONCE(tcp_sk(p)->copied_seq), wr->end_seq) ||
-	    sock_flag(p, SOCK_DEAD) || READ_ONCE(p->sk_state) == TCP_CLOSE)
+	    sock_flag(p, SOCK_DEAD) ||
+	    (READ_ONCE(p->sk_state) == TCP_CLOSE && !peer_sk_locked(p)))
 		return true;
 	if (!ended && (wr->status == KIWARP_WC_SUCCESS ||
 		       READ_ONCE(qp->ack_sk->sk_state) != TCP_CLOSE))
 		return false;
 	if (!qp->ended_seen) {
 		qp->ended_seen = true;
-		qp->ended_at = jiffies;
+		qp->ended_at = get_jiffies_64();
 	}
 	if (!before(READ_ONCE(tcp_sk(p)->rcv_nxt), wr->end_seq) &&
 	    !peer_sk_locked(p))
 		return true;
-	return time_after(jiffies, qp->ended_at + KW_PAGES_WAIT);
+	return time_after64(get_jiffies_64(), qp->ended_at + KW_PAGES_WAIT);
 }
 
 /* A sent WR whose data TCP saw acknowledged is done (delivered). */
@@ -529,7 +534,7 @@ bool kw_qp_sq_complete(struct kw_qp *qp)
  * a second apart, while nothing changes: a peer that is slow to read
  * costs a few runs, not a busy loop. A failed WR that a peer never reads
  * goes once abort_work reset our stream, KW_PAGES_WAIT later at most
- * (wr_read()).
+ * (wr_read()), and a run after that: up to a second more.
  */
 static void read_work(struct work_struct *w)
 {
@@ -1117,7 +1122,7 @@ err_unlock:
 
 /*
  * Teardown, our stream reset or closed and the transmit's own references
- * dropped: wait, KW_PAGES_WAIT at most, until no skb holds the pages of a
+ * dropped: wait, until end at most, until no skb holds the pages of a
  * send WR any more, so that once flushed the buffers are the
  * application's, as an RNIC's destroy ends its DMA. TCP let go of them,
  * but a clone may still be in a qdisc, a NIC's ring or a CPU's backlog
@@ -1125,9 +1130,8 @@ err_unlock:
  * a peer on this host (await_read: wr_read()). Completions meanwhile go
  * to the CQs as usual; nothing is queued (dying).
  */
-static void qp_await_pages(struct kw_qp *qp)
+static void qp_await_pages(struct kw_qp *qp, unsigned long end)
 {
-	unsigned long end = jiffies + KW_PAGES_WAIT;
 	bool out;
 	u32 i;
 
@@ -1148,17 +1152,18 @@ static void qp_await_pages(struct kw_qp *qp)
 }
 
 /*
- * Destroy a QP the caller has removed from ctx->qps. Other threads may
- * still hold references (a doorbell or CM ioctl in progress, a queued work
- * item): from the moment dying is set under qp->lock none of them starts
- * anything new, and after the flush below the QP posts nothing more to its
- * CQs (cq_detached), so the CQs can be destroyed as soon as we return.
+ * Destroy a QP the caller has removed from ctx->qps, in two halves: the
+ * stream ends in the first, the second waits for its pages (until end,
+ * qp_await_pages()), so that a context's QPs all end theirs before the
+ * first wait and share one deadline. Other threads may still hold
+ * references (a doorbell or CM ioctl in progress, a queued work item):
+ * from the moment dying is set under qp->lock none of them starts
+ * anything new, and after the flush the QP posts nothing more to its CQs
+ * (cq_detached), so the CQs can be destroyed as soon as the second half
+ * returns.
  */
-static void qp_teardown(struct kw_qp *qp)
+static void qp_teardown_start(struct kw_qp *qp)
 {
-	struct kw_ctx *ctx = qp->ctx;
-	u32 i;
-
 	spin_lock_bh(&qp->lock);
 	WRITE_ONCE(qp->dying, true);
 	spin_unlock_bh(&qp->lock);
@@ -1197,7 +1202,14 @@ static void qp_teardown(struct kw_qp *qp)
 	kw_tx_abandon(qp);	/* our own ubuf reference */
 	mutex_unlock(&qp->tx_mutex);
 	mutex_unlock(&qp->cm_lock);
-	qp_await_pages(qp);
+}
+
+static void qp_teardown_finish(struct kw_qp *qp, unsigned long end)
+{
+	struct kw_ctx *ctx = qp->ctx;
+	u32 i;
+
+	qp_await_pages(qp, end);
 
 	/* skbs still in flight: their release no longer reaches the QP */
 	kw_tx_zc_detach(qp);
@@ -1232,18 +1244,26 @@ int kw_qp_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg)
 	qp = xa_erase(&ctx->qps, arg->handle);
 	if (!qp)
 		return -EINVAL;
-	qp_teardown(qp);
+	qp_teardown_start(qp);
+	qp_teardown_finish(qp, jiffies + KW_PAGES_WAIT);
 	return 0;
 }
 
 void kw_qp_destroy_all(struct kw_ctx *ctx)
 {
-	struct kw_qp *qp;
-	unsigned long id;
+	LIST_HEAD(dying);
+	struct kw_qp *qp, *next;
+	unsigned long id, end;
 
 	xa_for_each(&ctx->qps, id, qp) {
 		xa_erase(&ctx->qps, id);
-		qp_teardown(qp);
+		qp_teardown_start(qp);
+		list_add_tail(&qp->dying_node, &dying);
+	}
+	end = jiffies + KW_PAGES_WAIT;
+	list_for_each_entry_safe(qp, next, &dying, dying_node) {
+		list_del(&qp->dying_node);
+		qp_teardown_finish(qp, end);
 	}
 }
 

@@ -152,6 +152,8 @@ struct kw_qp {
 				 * closed or freed by the QP */
 	bool sock_keep_open;	/* release it without shutting it down
 				 * (a Reject; under cm_lock) */
+	int sock_rcvlowat;	/* a handed-in socket's own, restored on
+				 * release (1 while we own it) */
 	long sock_rcvtimeo, sock_sndtimeo;	/* a handed-in socket's own,
 						 * restored on release */
 	const struct proto_ops *sock_ops;	/* its own ops (we swapped them) */
@@ -308,10 +310,11 @@ struct kw_qp {
 					 * again (qp.c) */
 	u8 read_polls;		/* read_work's runs without progress */
 	bool read_polling;	/* read_work in sq_complete_locked(); qp->lock */
-	/* when wr_read() first found our stream ended, and whether it did:
-	 * await_read WRs then wait KW_PAGES_WAIT at most (qp->lock) */
+	/* whether and when (jiffies_64) wr_read() first found our stream
+	 * ended: await_read WRs then wait KW_PAGES_WAIT at most (qp->lock) */
 	bool ended_seen;
-	unsigned long ended_at;
+	u64 ended_at;
+	struct list_head dying_node;	/* kw_qp_destroy_all()'s list */
 
 	/* statistics (under qp->lock) */
 	u64 tx_bytes, rx_bytes;

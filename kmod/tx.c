@@ -51,7 +51,9 @@
  * where the ubuf's would make the stack copy them first. Such a WR
  * (kw_wr.await_read) completes once TCP saw it acknowledged and the
  * peer's socket has read all of it (copied_seq), so no skb holds its
- * pages for a reader any more (qp.c, wr_read()).
+ * pages for a reader any more; or once that socket is closed, or, after
+ * our stream ended, once its TCP can take nothing more of it in (qp.c,
+ * wr_read()).
  *
  * Order of service: a pending Terminate, the initiator's RTR, then Read
  * Responses (IRQ) before new send WRs, one whole message at a time.
@@ -1323,9 +1325,12 @@ static struct sock *tx_peer_lookup(struct sock *sk)
  * what it receives as TCP hands it over (its receive callback is
  * kw_rx_data_ready()), not an extended socket (a ULP: its reader copies
  * from the skbs later, rxhold.c). Its socket is looked up once and kept
- * (tx_peer_sk); whether it is still such a QP, per message. Whatever it
- * becomes, a WR sent so completes only once that socket read it
- * (qp.c, wr_read()). Per message, too, that it is still the other end
+ * (tx_peer_sk); whether it is still such a QP, per message, and that
+ * its receive callback is called for every byte (SO_RCVLOWAT 1, which
+ * kiwarp sets on a socket it owns, cm.c). Whatever it becomes, a WR
+ * sent so completes only once that socket is done with it (read it, or
+ * closed, or our stream ended and its TCP took nothing more in: qp.c,
+ * wr_read()). Per message, too, that it is still the other end
  * of this connection: ports and addresses swapped (tx_sk_is_peer()), and
  * what it received so far between what we sent and what was
  * acknowledged, so that its copied_seq counts our sequence space (a
@@ -1357,6 +1362,7 @@ static bool tx_local_peer(struct kw_qp *qp)
 	return READ_ONCE(p->sk_state) == TCP_ESTABLISHED &&
 	       !sock_flag(p, SOCK_DEAD) &&
 	       READ_ONCE(p->sk_data_ready) == kw_rx_data_ready &&
+	       READ_ONCE(p->sk_rcvlowat) <= 1 &&
 	       !READ_ONCE(inet_csk(p)->icsk_ulp_ops) &&
 	       tx_sk_is_peer(p, sk) &&
 	       !before(rcv_nxt, READ_ONCE(tcp_sk(sk)->snd_una)) &&

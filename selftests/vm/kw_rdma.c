@@ -62,6 +62,7 @@ struct pair {
 	int reject;		/* responder rejects */
 	int mss;		/* > 0: TCP_MAXSEG of both ends */
 	int sndbuf;		/* > 0: SO_SNDBUF of both ends */
+	int rcvlowat;		/* > 0: SO_RCVLOWAT of both ends */
 	int family;		/* of the TCP connection; 0: AF_INET */
 	int ret_a, ret_b;
 	struct kw_conn_request req;
@@ -160,6 +161,12 @@ static int pair_connect(struct pair *p, size_t len, uint32_t acc_a,
 			sizeof(p->sndbuf)) ||
 	     setsockopt(p->b.sock, SOL_SOCKET, SO_SNDBUF, &p->sndbuf,
 			sizeof(p->sndbuf))))
+		return -errno;
+	if (p->rcvlowat > 0 &&
+	    (setsockopt(p->a.sock, SOL_SOCKET, SO_RCVLOWAT, &p->rcvlowat,
+			sizeof(p->rcvlowat)) ||
+	     setsockopt(p->b.sock, SOL_SOCKET, SO_RCVLOWAT, &p->rcvlowat,
+			sizeof(p->rcvlowat))))
 		return -errno;
 	if (!p->pa.mpa_rev)
 		p->pa.mpa_rev = 2;
@@ -2218,6 +2225,44 @@ TEST(destroy_waits_for_pages_a_local_peer_has_not_taken)
 TEST(destroy_waits_for_pages_a_second_at_most)
 {
 	run_destroy_in_flight(kwt_fail, 1500, 3000);
+}
+
+/*
+ * Sockets handed in with SO_RCVLOWAT set: TCP would call the receive
+ * callback only once that many bytes are queued, and a 64-byte Write
+ * would sit unread. kiwarp keeps it 1 while it owns a socket, refuses to
+ * change it (EBUSY), and gives the application's value back with the
+ * socket. A local peer sending by plain reference relies on it too: its
+ * teardown takes what the peer's TCP took in as taken by the peer's
+ * kiwarp receive in the same hold of the socket's lock.
+ */
+TEST(handed_in_socket_keeps_rcvlowat_1)
+{
+	struct pair p = { 0 };
+	int v = 4096, mine = -1, got = -1;
+	socklen_t l = sizeof(got);
+	double end;
+
+	p.rcvlowat = 1 << 20;
+	ASSERT_EQ(pair_connect(&p, MIB, KIWARP_ACCESS_ALL, KIWARP_ACCESS_ALL), 0);
+	EXPECT_EQ(setsockopt(p.b.sock, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)),
+		  -1);
+	EXPECT_EQ(errno, EBUSY);
+	EXPECT_EQ(getsockopt(p.b.sock, SOL_SOCKET, SO_RCVLOWAT, &got, &l), 0);
+	EXPECT_EQ(got, 1);
+	fill(p.a.buf, 64, 5);
+	ASSERT_EQ(post_write(&p, 0, 64), 1);
+	end = now() + 5;
+	while (memcmp(p.a.buf, p.b.buf, 64) && now() < end)
+		usleep(1000);
+	EXPECT_EQ(memcmp(p.a.buf, p.b.buf, 64), 0);
+	ASSERT_EQ(kw_destroy_qp(p.b.qp), 0);
+	p.b.qp = NULL;
+	l = sizeof(mine);
+	EXPECT_EQ(getsockopt(p.b.sock, SOL_SOCKET, SO_RCVLOWAT, &mine, &l), 0);
+	EXPECT_GT(mine, 1);		/* the application's, capped by TCP */
+	EXPECT_LE(mine, 1 << 20);
+	pair_fini(&p);
 }
 
 TEST(local_peer_kiwarp_by_reference)
