@@ -2228,6 +2228,65 @@ TEST(destroy_waits_for_pages_a_second_at_most)
 }
 
 /*
+ * A process that dies with three QPs whose by-reference Writes a qdisc
+ * holds (netem, 3 s): the device's release ends every stream first and
+ * then waits for their pages against one deadline, so the exit takes
+ * about a second (KW_PAGES_WAIT), not a second per QP.
+ */
+TEST(exit_waits_one_deadline_for_all_qps)
+{
+	int fds[2], st;
+	double t0, took;
+	pid_t pid;
+	char c;
+
+	ASSERT_EQ(unshare(CLONE_NEWNET), 0);
+	ASSERT_EQ(shell("ip link set lo mtu 1500 up"), 0);
+	ASSERT_EQ(pipe(fds), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid) {
+		static struct pair p[3];
+		struct kw_device *dev;
+		int i;
+
+		close(fds[0]);
+		if (kw_open(&dev))
+			_exit(2);
+		for (i = 0; i < 3; i++) {
+			p[i].a.share = dev;
+			p[i].pa.flags = p[i].pb.flags = KIWARP_CONN_NO_CRC;
+			p[i].a.qp_flags = KW_QP_INIT_COPY_MAX;
+			p[i].a.copy_max = KIWARP_COPY_MAX_DEFAULT;
+			if (pair_connect(&p[i], MIB, KIWARP_ACCESS_ALL,
+					 KIWARP_ACCESS_ALL))
+				_exit(3);
+		}
+		if (shell("tc qdisc add dev lo root netem delay 3000ms"))
+			_exit(4);
+		for (i = 0; i < 3; i++)
+			if (post_write(&p[i], 0, MIB) != 1)
+				_exit(5);
+		usleep(100 * 1000);	/* the first windows are in netem */
+		if (write(fds[1], "x", 1) != 1)
+			_exit(6);
+		_exit(0);
+	}
+	close(fds[1]);
+	ASSERT_EQ(read(fds[0], &c, 1), 1);
+	t0 = now();
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	took = now() - t0;
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	printf("# the exit took %.2f s with three QPs waiting for their pages\n",
+	       took);
+	EXPECT_GT(took, 0.5);		/* it waited */
+	EXPECT_LT(took, 2.5);		/* once, not three times */
+	close(fds[0]);
+}
+
+/*
  * Sockets handed in with SO_RCVLOWAT set: TCP would call the receive
  * callback only once that many bytes are queued, and a 64-byte Write
  * would sit unread. kiwarp keeps it 1 while it owns a socket, refuses to
