@@ -138,6 +138,16 @@ static void *responder(void *arg)
 	return NULL;
 }
 
+/* A SOL_SOCKET option of both ends' sockets, if val > 0; 0 or -errno. */
+static int pair_sockopt(struct pair *p, int opt, int val)
+{
+	if (val > 0 &&
+	    (setsockopt(p->a.sock, SOL_SOCKET, opt, &val, sizeof(val)) ||
+	     setsockopt(p->b.sock, SOL_SOCKET, opt, &val, sizeof(val))))
+		return -errno;
+	return 0;
+}
+
 /* Build both ends and connect them. Returns 0 or -errno of the initiator. */
 static int pair_connect(struct pair *p, size_t len, uint32_t acc_a,
 			uint32_t acc_b)
@@ -156,18 +166,9 @@ static int pair_connect(struct pair *p, size_t len, uint32_t acc_a,
 			   &p->a.sock, &p->b.sock);
 	if (ret)
 		return ret;
-	if (p->sndbuf > 0 &&
-	    (setsockopt(p->a.sock, SOL_SOCKET, SO_SNDBUF, &p->sndbuf,
-			sizeof(p->sndbuf)) ||
-	     setsockopt(p->b.sock, SOL_SOCKET, SO_SNDBUF, &p->sndbuf,
-			sizeof(p->sndbuf))))
-		return -errno;
-	if (p->rcvlowat > 0 &&
-	    (setsockopt(p->a.sock, SOL_SOCKET, SO_RCVLOWAT, &p->rcvlowat,
-			sizeof(p->rcvlowat)) ||
-	     setsockopt(p->b.sock, SOL_SOCKET, SO_RCVLOWAT, &p->rcvlowat,
-			sizeof(p->rcvlowat))))
-		return -errno;
+	if ((ret = pair_sockopt(p, SO_SNDBUF, p->sndbuf)) ||
+	    (ret = pair_sockopt(p, SO_RCVLOWAT, p->rcvlowat)))
+		return ret;
 	if (!p->pa.mpa_rev)
 		p->pa.mpa_rev = 2;
 	if (!p->pb.mpa_rev)
