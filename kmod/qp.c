@@ -358,14 +358,15 @@ static bool peer_sk_locked(struct sock *p)
  *  - or it is closed (SOCK_DEAD: tcp_close() dropped what was unread, and
  *    nobody can read it any more);
  *  - or it ended (TCP_CLOSE: reset, or our own reset reached it behind
- *    our data, or our FIN in TIME_WAIT) in a hold of its lock that is
+ *    our data, or its TIME_WAIT after our FIN) in a hold of its lock that is
  *    over: its kiwarp receive drains what it can in that very hold
  *    (tcp_done() -> sk_state_change), and no segment comes in after;
  *  - or our stream ended (reset or closed: the WR failed, or teardown
  *    with @ended), so TCP sends none of it any more, and what the peer's
  *    TCP took in of it (rcv_nxt) its kiwarp receive took too, in the same
  *    hold of the socket's lock (sk_data_ready for every byte: kiwarp
- *    keeps SO_RCVLOWAT 1), which is over: placed, or left to be
+ *    keeps SO_RCVLOWAT 1, checked again here), which is over: placed,
+ *    or, once the peer's callbacks are gone, left to be
  *    dropped (kw_cm_release_sock()), as no segment follows to complete
  *    an FPDU. What the peer's TCP has not taken in is still between the
  *    two sockets (a qdisc, a CPU's backlog), or lost: it gets
@@ -389,7 +390,7 @@ static bool wr_read(struct kw_qp *qp, const struct kw_wr *wr, bool ended)
 		qp->ended_at = get_jiffies_64();
 	}
 	if (!before(READ_ONCE(tcp_sk(p)->rcv_nxt), wr->end_seq) &&
-	    !peer_sk_locked(p))
+	    READ_ONCE(p->sk_rcvlowat) <= 1 && !peer_sk_locked(p))
 		return true;
 	return time_after64(get_jiffies_64(), qp->ended_at + KW_PAGES_WAIT);
 }
