@@ -1751,17 +1751,6 @@ TEST(copy_max_given_is_used)
 	run_copy_max(kwt_fail, KW_QP_INIT_COPY_MAX, 4096, 1);
 }
 
-/*
- * A peer on this host gets pages sent by reference copied by the stack
- * anyway (local delivery, skb_orphan_frags_rx()): the QP sees it in the
- * ubuf's release (KIWARP_QPQ_TX_COPIED) and copies its large Writes too,
- * which then complete as soon as TCP has them (here with every packet
- * dropped, so nothing is acknowledged). A while (a second at first) after
- * the last copy it was told of, one message goes by reference again and
- * tells again. A QP given its copy_max keeps sending by reference. (At
- * MTU 1500: with larger FPDUs a kiwarp peer on this host gets them by
- * plain reference instead, KIWARP_QPQ_TX_LOCAL, local_peer_kiwarp_*.)
- */
 /* A signaled Write of len bytes at off from from's buffer to to's. */
 static int end_write(struct end *from, struct end *to, size_t off,
 		     size_t len, uint64_t id)
@@ -1793,6 +1782,17 @@ static int poll_cqe_for(struct kw_cq *cq, struct kiwarp_cqe *cqe, double secs)
 	return n;
 }
 
+/*
+ * A peer on this host gets pages sent by reference copied by the stack
+ * anyway (local delivery, skb_orphan_frags_rx()): the QP sees it in the
+ * ubuf's release (KIWARP_QPQ_TX_COPIED) and copies its large Writes too,
+ * which then complete as soon as TCP has them (here with every packet
+ * dropped, so nothing is acknowledged). A while (a second at first) after
+ * the last copy it was told of, one message goes by reference again and
+ * tells again. A QP given its copy_max keeps sending by reference. (At
+ * MTU 1500: with larger FPDUs a kiwarp peer on this host gets them by
+ * plain reference instead, KIWARP_QPQ_TX_LOCAL, local_peer_kiwarp_*.)
+ */
 static void run_local_copy(int *kwt_fail, int given)
 {
 	enum { LARGE = 64 * 1024 };
