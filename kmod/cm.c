@@ -161,9 +161,10 @@ static int owned_setsockopt(struct socket *sock, int level, int optname,
 }
 
 /*
- * SO_RCVLOWAT: TCP calls sk_data_ready, our receive, only once that many
- * bytes are queued; kiwarp keeps it 1 while it owns the socket (a local
- * peer sending by plain reference relies on it: tx.c, tx_local_peer()).
+ * SO_RCVLOWAT: TCP calls sk_data_ready (cm_recv's wakeup during the MPA
+ * exchange, then our receive) only once that many bytes are queued;
+ * kiwarp keeps it 1 while it owns the socket (a local peer sending by
+ * plain reference relies on it too: tx.c, tx_local_peer()).
  */
 static int owned_set_rcvlowat(struct sock *sk, int val)
 {

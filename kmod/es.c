@@ -110,6 +110,9 @@ struct kw_es {
 	struct sock *sk;
 	bool passive;		/* cloned from a listener */
 	bool no_crc;		/* IWARP_CRC 0: decline MPA CRC */
+	int rcvlowat;		/* SO_RCVLOWAT once switched: written
+				 * under the socket lock (es_switch_begin,
+				 * es_set_rcvlowat), read locklessly */
 	struct mutex lock;	/* everything below */
 	enum kw_es_state state;
 	int err;		/* positive errno once ES_DEAD or failing */
@@ -1339,6 +1342,22 @@ static u32 es_copy_out(struct kw_es *es, struct msghdr *msg, u32 skip, u32 n,
 	return done;
 }
 
+/*
+ * How many bytes a read waits for, or poll wants readable (as TCP's
+ * sock_rcvlowat()): the whole read for MSG_WAITALL, else SO_RCVLOWAT,
+ * at most half the receive buffer, which the peer can always fill
+ * without our reading (TCP caps it at half its buffer too).
+ */
+static size_t es_rcvlowat(const struct kw_es *es, bool waitall, size_t len)
+{
+	size_t v = READ_ONCE(es->rcvlowat);
+
+	if (waitall)
+		return len;
+	v = min_t(size_t, v, es->rbuf_size / 2);
+	return max_t(size_t, min(v, len), 1);
+}
+
 static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		      int flags)
 {
@@ -1346,7 +1365,7 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	struct kw_es *es = es_of(sk);
 	bool nonblock = flags & MSG_DONTWAIT, peek = flags & MSG_PEEK;
 	long timeo = sock_rcvtimeo(sk, nonblock);
-	size_t target = (flags & MSG_WAITALL) ? len : 1, copied = 0;
+	size_t target, copied = 0;
 	int ret = 0;
 	u32 gen0, gen;
 
@@ -1365,7 +1384,6 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	}
 	if (!len)
 		return 0;
-	target = min(target, len);
 	for (;;) {
 		u32 n;
 
@@ -1374,6 +1392,8 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 			break;
 		gen0 = es->gen;
 		es_process(es);
+		/* (the buffer's size is known once the switch is done) */
+		target = es_rcvlowat(es, flags & MSG_WAITALL, len);
 		if (peek && kw_rs_rx_ready(&es->rs) < copied) {
 			/* another reader took what we peeked at: stop */
 			es_unlock(es, gen0);
@@ -1440,8 +1460,8 @@ static __poll_t es_poll(struct file *file, struct socket *sock,
 		break;
 	case ES_RUN:
 		/* (a zero-copy receive that ended is ready to be taken) */
-		if (kw_rs_rx_ready(&es->rs) || es->rd_eof || es->rd_shut ||
-		    es->zr.done)
+		if (kw_rs_rx_ready(&es->rs) >= es_rcvlowat(es, false, U32_MAX) ||
+		    es->rd_eof || es->rd_shut || es->zr.done)
 			mask |= EPOLLIN | EPOLLRDNORM;
 		if (es->rd_eof)
 			mask |= EPOLLRDHUP;
@@ -1826,7 +1846,17 @@ static int es_switch_begin(struct kw_es *es, struct socket *sock, int mode,
 
 	/* from here on, reads and writes of the fd wait for us */
 	es->state = ES_STARTING;
+	/*
+	 * SO_RCVLOWAT becomes ours (es_set_rcvlowat) and TCP's stays 1. The
+	 * socket lock orders this against a setsockopt, which reads the ops
+	 * and writes sk_rcvlowat under it: no value set before is lost and
+	 * none set after reaches TCP.
+	 */
+	lock_sock(es->sk);
 	WRITE_ONCE(sock->ops, &es_ops_of(es->sk)->run);
+	WRITE_ONCE(es->rcvlowat, es->sk->sk_rcvlowat);
+	WRITE_ONCE(es->sk->sk_rcvlowat, 1);
+	release_sock(es->sk);
 	ret = es_alloc(es);
 	if (ret)
 		return es_switch_fail(es, sock, ret);
@@ -2880,6 +2910,24 @@ static int es_release(struct socket *sock)
 	return orig->release(sock);
 }
 
+/*
+ * SO_RCVLOWAT once switched, socket lock held (or in a BPF program, which
+ * may not sleep): the mark of our reads and poll, not TCP's. TCP calls
+ * sk_data_ready, the kiwarp receive, only once sk_rcvlowat bytes are
+ * queued, so that stays 1 (the MPA exchange and small FPDUs would stall
+ * on anything more), and getsockopt(SO_RCVLOWAT), which reads it, says 1.
+ */
+static int es_set_rcvlowat(struct sock *sk, int val)
+{
+	struct kw_es *es = es_of(sk);
+
+	if (es) {
+		WRITE_ONCE(es->rcvlowat, val ?: 1);
+		es_wake(sk);	/* a lower mark may make a poller ready */
+	}
+	return 0;
+}
+
 static void es_build_ops(struct es_ops *o, const struct proto_ops *orig)
 {
 	struct proto_ops *r = &o->run;
@@ -2911,7 +2959,7 @@ static void es_build_ops(struct es_ops *o, const struct proto_ops *orig)
 	r->splice_read = es_splice_read;
 	r->sendmsg_locked = NULL;
 	r->read_sock = NULL;
-	r->set_rcvlowat = NULL;
+	r->set_rcvlowat = es_set_rcvlowat;
 	r->set_peek_off = NULL;
 	r->peek_len = NULL;
 	o->orig = orig;

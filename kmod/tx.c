@@ -1326,8 +1326,8 @@ static struct sock *tx_peer_lookup(struct sock *sk)
  * kw_rx_data_ready()), not an extended socket (a ULP: its reader copies
  * from the skbs later, rxhold.c). Its socket is looked up once and kept
  * (tx_peer_sk); whether it is still such a QP, per message, and that
- * its receive callback is called for every byte (SO_RCVLOWAT 1, which
- * kiwarp sets on a socket it owns, cm.c). Whatever it becomes, a WR
+ * its receive callback is called for every byte (SO_RCVLOWAT 1: a
+ * socket kiwarp creates starts so, a handed-in one is kept so, cm.c). Whatever it becomes, a WR
  * sent so completes only once that socket is done with it (read it, or
  * closed, or our stream ended and its TCP took nothing more in: qp.c,
  * wr_read()). Per message, too, that it is still the other end

@@ -45,8 +45,17 @@ static int kwt_ncases;
 		}							\
 	} while (0)
 
+/*
+ * Integers and pointers compare as long long; a floating operand would be
+ * truncated (a time of 0.3 s "< 0.25" as 0 < 0), so it does not compile:
+ * the _F macros compare doubles.
+ */
+#define KWT_IS_FP(x) _Generic((x), float: 1, double: 1, long double: 1, \
+			      default: 0)
 #define KWT_CMP(a, op, b, fatal)					\
 	do {								\
+		_Static_assert(!KWT_IS_FP(a) && !KWT_IS_FP(b),		\
+			       "floating operand: use the _F macros");	\
 		long long kwt_a = (long long)(a);			\
 		long long kwt_b = (long long)(b);			\
 		KWT_CHECK(kwt_a op kwt_b, fatal,			\
@@ -55,6 +64,21 @@ static int kwt_ncases;
 			  (unsigned long long)kwt_a,			\
 			  (unsigned long long)kwt_b);			\
 	} while (0)
+
+#define KWT_FCMP(a, op, b, fatal)					\
+	do {								\
+		double kwt_fa = (a), kwt_fb = (b);			\
+		KWT_CHECK(kwt_fa op kwt_fb, fatal,			\
+			  "%s " #op " %s failed: %g vs %g", #a, #b,	\
+			  kwt_fa, kwt_fb);				\
+	} while (0)
+
+#define ASSERT_LT_F(a, b)	KWT_FCMP(a, <, b, 1)
+#define ASSERT_GE_F(a, b)	KWT_FCMP(a, >=, b, 1)
+#define EXPECT_LT_F(a, b)	KWT_FCMP(a, <, b, 0)
+#define EXPECT_LE_F(a, b)	KWT_FCMP(a, <=, b, 0)
+#define EXPECT_GT_F(a, b)	KWT_FCMP(a, >, b, 0)
+#define EXPECT_GE_F(a, b)	KWT_FCMP(a, >=, b, 0)
 
 #define ASSERT_EQ(a, b)	KWT_CMP(a, ==, b, 1)
 #define ASSERT_NE(a, b)	KWT_CMP(a, !=, b, 1)

@@ -994,7 +994,7 @@ static void rv_attack(int *kwt_fail, bool markers)
 	       queued, q, qa.mulpdu, ret, dt);
 	ASSERT_EQ(ret, 0);
 	built = (uint64_t)queued + q + KW_TX_RESP_BATCH;
-	EXPECT_LT(dt, 5.0);
+	EXPECT_LT_F(dt, 5.0);
 	/* the application reuses the buffer */
 	for (j = 0; j < RV_MR; j++)
 		buf[j] = rv_new(j);

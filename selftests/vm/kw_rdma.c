@@ -2194,7 +2194,7 @@ static void run_destroy_in_flight(int *kwt_fail, int mtu, int delay_ms)
 	took = now() - t0;
 	p.a.qp = NULL;
 	memset(p.a.buf, 0xee, BIG);	/* the application's again */
-	EXPECT_LT(took, 3.0);		/* bounded: KW_PAGES_WAIT */
+	EXPECT_LT_F(took, 3.0);		/* bounded: KW_PAGES_WAIT */
 	usleep(delay_ms * 1000 + 500 * 1000);
 	for (i = 0; i < BIG; i++) {
 		as_posted += want[i] && want[i] != 0xee && p.b.buf[i] == want[i];
@@ -2206,7 +2206,7 @@ static void run_destroy_in_flight(int *kwt_fail, int mtu, int delay_ms)
 		EXPECT_GT(as_posted, 0u);	/* something was in flight */
 		EXPECT_EQ(rewritten, 0u);
 	} else {
-		EXPECT_GT(took, 0.5);	/* it waited, then gave up */
+		EXPECT_GT_F(took, 0.5);	/* it waited, then gave up */
 	}
 	free(want);
 	pair_fini(&p);
@@ -2282,8 +2282,8 @@ TEST(exit_waits_one_deadline_for_all_qps)
 	ASSERT_EQ(WEXITSTATUS(st), 0);
 	printf("# the exit took %.2f s with three QPs waiting for their pages\n",
 	       took);
-	EXPECT_GT(took, 0.5);		/* it waited */
-	EXPECT_LT(took, 2.5);		/* once, not three times */
+	EXPECT_GT_F(took, 0.5);		/* it waited */
+	EXPECT_LT_F(took, 2.5);		/* once, not three times */
 	close(fds[0]);
 }
 

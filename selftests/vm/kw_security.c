@@ -524,14 +524,14 @@ static void rewind_one(int *kwt_fail, const struct rewind_case *c)
 	note("%s: prod 0x%08x -> doorbell %d in %.3f s", c->name, prod, ret,
 	     dt);
 	EXPECT_EQ(ret, -EINVAL);
-	EXPECT_LT(dt, 1.0);
+	EXPECT_LT_F(dt, 1.0);
 	/* the QP failed (uapi: to ERROR) and flushed what it had taken */
 	EXPECT_EQ(wait_state(qp, KIWARP_QPS_ERROR, 2), KIWARP_QPS_ERROR);
 	/* a second doorbell with the same bogus index fails the same way */
 	t0 = now();
 	EXPECT_EQ(handle_ioctl(kw_device_fd(dev), KIWARP_IOC_QP_DOORBELL,
 			       qp->handle), -EINVAL);
-	EXPECT_LT(now() - t0, 1.0);
+	EXPECT_LT_F(now() - t0, 1.0);
 	while ((n = cq_wait_one(cq, &cqe, 0.5)) == 0) {
 		EXPECT_NE(cqe.status, KIWARP_WC_SUCCESS);
 		flushed++;
@@ -1304,7 +1304,7 @@ static void accept_wake_one(int *kwt_fail, int mode)
 		ret = handle_ioctl(a.fd, KIWARP_IOC_DESTROY_QP, e.qp->handle);
 	dt = now() - t0;
 	EXPECT_EQ(ret, 0);
-	EXPECT_LT(dt, 1.0);
+	EXPECT_LT_F(dt, 1.0);
 	/* the ACCEPT ends by itself (the listener's wait notices the QP
 	 * dying within 100 ms): no connection has to arrive */
 	EXPECT_TRUE(wait_done(&a, 1.0));
@@ -2263,7 +2263,7 @@ static void destroy_after_error(int *kwt_fail, void *arg)
 		worst = dt > worst ? dt : worst;
 		EXPECT_EQ(r1, 0);
 		EXPECT_EQ(r2, 0);
-		EXPECT_LT(dt, 2.0);
+		EXPECT_LT_F(dt, 2.0);
 		t0 = now();
 		while (!a.done && now() < t0 + 2)
 			usleep(2000);
