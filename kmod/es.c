@@ -1366,6 +1366,7 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	bool nonblock = flags & MSG_DONTWAIT, peek = flags & MSG_PEEK;
 	long timeo = sock_rcvtimeo(sk, nonblock);
 	size_t target, copied = 0;
+	bool mark, at_mark = false;
 	int ret = 0;
 	u32 gen0, gen;
 
@@ -1394,6 +1395,7 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		es_process(es);
 		/* (the buffer's size is known once the switch is done) */
 		target = es_rcvlowat(es, flags & MSG_WAITALL, len);
+		mark = es->rs.zc_mark;
 		if (peek && kw_rs_rx_ready(&es->rs) < copied) {
 			/* another reader took what we peeked at: stop */
 			es_unlock(es, gen0);
@@ -1415,6 +1417,14 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 			copied += got;
 			if (got != n)
 				ret = -EFAULT;
+			/*
+			 * At a zero-copy receive's place the stream's next
+			 * bytes are in that buffer, not in rbuf: stop there
+			 * whatever the target (as TCP's read does at the
+			 * urgent mark), or the bytes after it would follow
+			 * those before it as if adjacent.
+			 */
+			at_mark = mark && es->rs.zc_pre <= (peek ? copied : 0);
 		} else if (es->state != ES_RUN) {
 			ret = es->err ? -es->err : -ENOTCONN;
 		} else if (es->rd_eof || es->rd_shut) {
@@ -1424,7 +1434,7 @@ static int es_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		}
 		gen = es->gen;
 		es_unlock(es, gen0);
-		if (ret || copied >= target)
+		if (ret || copied >= target || at_mark)
 			break;
 		timeo = es_wait(es, gen, timeo);
 		if (timeo < 0) {

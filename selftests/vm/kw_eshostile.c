@@ -1125,15 +1125,21 @@ static int zc_setup(struct hp *h, struct kw_rx *rx, u8 *m, uint64_t *pre)
 	return 0;
 }
 
+/* How the reader reads up to the target's place (zc_on_the_wire()). */
+enum { ZC_READ_PLAIN, ZC_READ_RCVLOWAT, ZC_READ_WAITALL };
+
 /*
  * Zero-copy receive as an RNIC sees it: the ES socket gives the peer the
  * application's buffer, past the bytes already due through its receive
  * buffer, as a target SGL entry of its own STag once an entry is free
  * (not before: both halves of rbuf are out first). The peer's Writes
  * land in place; the result says so; a Write under that STag afterwards
- * is an invalid-STag Terminate, and the buffer keeps what it had.
+ * is an invalid-STag Terminate, and the buffer keeps what it had. A read
+ * stops at the target's place even when it wants more (SO_RCVLOWAT,
+ * MSG_WAITALL) and more came behind the target: those bytes are not next
+ * to the ones before it. (It ran on before 2026-11-29.)
  */
-TEST(zero_copy_receive_on_the_wire)
+static void zc_on_the_wire(int how, int *kwt_fail)
 {
 	static u8 q[ZC_BUF];
 	u8 *m = mmap(NULL, ZC_BUF, PROT_READ | PROT_WRITE,
@@ -1186,12 +1192,35 @@ TEST(zero_copy_receive_on_the_wire)
 	 * took the target's result.
 	 */
 	ASSERT_EQ(es_wait_readable(&h, ZC_RBUF), 0);
-	ASSERT_EQ(recv(h.es, m, ZC_HALF, MSG_DONTWAIT), ZC_HALF);
+	/* (and 100 of half 1: less than SO_RCVLOWAT's cap is left) */
+	ASSERT_EQ(recv(h.es, m, ZC_HALF + 100, MSG_DONTWAIT), ZC_HALF + 100);
 	EXPECT_EQ(m[0], 'A');
 	ASSERT_EQ(hp_data(&h, 0, 100, 'D'), 0);
 	ASSERT_EQ(raw_all_taken(&h), 0);
-	ASSERT_EQ(recv(h.es, m + ZC_HALF, ZC_BUF - ZC_HALF, MSG_DONTWAIT),
-		  ZC_HALF);
+	if (how == ZC_READ_PLAIN) {
+		ASSERT_EQ(recv(h.es, m + ZC_HALF + 100, ZC_HALF,
+			       MSG_DONTWAIT), ZC_HALF - 100);
+	} else {
+		struct timeval tv = { .tv_sec = 3 };
+		int lowat = ZC_BUF;
+
+		ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv,
+				     sizeof(tv)), 0);
+		if (how == ZC_READ_RCVLOWAT)
+			ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVLOWAT,
+					     &lowat, sizeof(lowat)), 0);
+		double t0 = now();
+
+		/* the peek, then the read, of half 1 and not the 'D's; the
+		 * peek at once, not at SO_RCVTIMEO */
+		ASSERT_EQ(recv(h.es, m + ZC_HALF + 100, ZC_HALF,
+			       MSG_PEEK | (how == ZC_READ_WAITALL ?
+					   MSG_WAITALL : 0)), ZC_HALF - 100);
+		EXPECT_LT_F(now() - t0, 2.0);
+		ASSERT_EQ(recv(h.es, m + ZC_HALF + 100, ZC_HALF,
+			       how == ZC_READ_WAITALL ? MSG_WAITALL : 0),
+			  ZC_HALF - 100);
+	}
 	EXPECT_EQ(m[ZC_RBUF - 1], 'B');
 	ASSERT_EQ(rzc_done(h.es, &d, 5000), 0);
 	EXPECT_EQ(d.bytes, ZC_BUF - ZC_RBUF);
@@ -1219,6 +1248,21 @@ TEST(zero_copy_receive_on_the_wire)
 	EXPECT_STREAM_ERROR(err);
 	hp_close(&h);
 	munmap(m, ZC_BUF);
+}
+
+TEST(zero_copy_receive_on_the_wire)
+{
+	zc_on_the_wire(ZC_READ_PLAIN, kwt_fail);
+}
+
+TEST(zero_copy_receive_read_stops_at_the_place_rcvlowat)
+{
+	zc_on_the_wire(ZC_READ_RCVLOWAT, kwt_fail);
+}
+
+TEST(zero_copy_receive_read_stops_at_the_place_waitall)
+{
+	zc_on_the_wire(ZC_READ_WAITALL, kwt_fail);
 }
 
 /*
