@@ -15,6 +15,7 @@
 #include <linux/in6.h>
 #include <linux/nsproxy.h>
 #include <net/inet_common.h>
+#include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 #include <net/net_namespace.h>
@@ -214,6 +215,34 @@ static ssize_t owned_splice_read(struct socket *sock, loff_t *ppos,
 }
 
 /*
+ * Are ops those of plain TCP in family: the kernel's own table, not one
+ * of ours (es.c's, or the owned one) nor another module's copy? The first
+ * table of a family that kiwarp copies (here, and es.c's) is copied from
+ * such ops and later ones must be the same: a copy of ours would call
+ * back into itself. IPv6's table is not exported before 7.x: its release
+ * and owner stand for it. Also no getsockopt_iter (7.x): our getsockopt
+ * filters would be bypassed by it.
+ */
+bool kw_stock_tcp_ops(int family, const struct proto_ops *ops)
+{
+	if (ops->family != family || ops->owner == THIS_MODULE ||
+	    !ops->getsockopt)
+		return false;
+#ifdef KW_HAVE_GETSOCKOPT_ITER
+	if (ops->getsockopt_iter)
+		return false;
+#endif
+	if (family == AF_INET)
+		return ops == &inet_stream_ops;
+#if IS_ENABLED(CONFIG_IPV6)
+	if (family == AF_INET6)
+		return ops->release == inet6_release &&
+		       ops->connect == inet_stream_connect;
+#endif
+	return false;
+}
+
+/*
  * The owned table for a plain TCP socket's ops orig (socket lock held, no
  * ULP: checked by the caller), or NULL if orig is not the stock ops of its
  * family.
@@ -224,20 +253,13 @@ static const struct proto_ops *owned_ops_for(int family,
 	struct kw_owned_ops *o = &kw_owned[family == AF_INET6];
 	const struct proto_ops *ret = NULL;
 
-	if (orig->family != family ||
-	    (family == AF_INET && orig != &inet_stream_ops))
-		return NULL;
 	/*
 	 * owned_getsockopt() filters getsockopt and calls orig's; a kernel
 	 * whose TCP answers through getsockopt_iter (7.x added the hook)
 	 * would bypass the filter: not a table we know how to wear.
 	 */
-	if (!orig->getsockopt)
+	if (!kw_stock_tcp_ops(family, orig))
 		return NULL;
-#ifdef KW_HAVE_GETSOCKOPT_ITER
-	if (orig->getsockopt_iter)
-		return NULL;
-#endif
 	mutex_lock(&kw_owned_lock);
 	if (!o->orig) {
 		o->ops = *orig;

@@ -2938,12 +2938,38 @@ static int es_set_rcvlowat(struct sock *sk, int val)
 	return 0;
 }
 
+/*
+ * accept() on a listener with the ULP. do_accept() gives the child the
+ * listener's ops, ours, and a reference on their owner, us. A connection
+ * that was queued before the ULP came was cloned without it: it goes back
+ * to TCP's own ops. Otherwise it would wear ours with no ULP behind them
+ * (es_of() NULL), and a table copied from a socket's ops (kiwarp's owned
+ * one, cm.c; kTLS's) would be copied from ours, whose calls go back to
+ * the socket's ops: endless recursion. (kernel_accept() sets the child's
+ * ops only after this, so there it keeps ours; no kernel user accepts on
+ * a listener that a user's TCP_ULP reached.)
+ */
+static int es_attached_accept(struct socket *sock, struct socket *newsock,
+			      KW_ACCEPT_ARGS)
+{
+	struct es_ops *o = es_ops_of(sock->sk);
+	int ret = o->orig->accept(sock, newsock, KW_ACCEPT_PASS);
+
+	if (!ret && READ_ONCE(newsock->ops) == &o->attached &&
+	    inet_csk(newsock->sk)->icsk_ulp_ops != &es_ulp_ops) {
+		WRITE_ONCE(newsock->ops, o->orig);
+		module_put(THIS_MODULE);	/* do_accept()'s, for ours */
+	}
+	return ret;
+}
+
 static void es_build_ops(struct es_ops *o, const struct proto_ops *orig)
 {
 	struct proto_ops *r = &o->run;
 
 	o->attached = *orig;
 	o->attached.owner = THIS_MODULE;
+	o->attached.accept = es_attached_accept;
 	o->attached.setsockopt = es_setsockopt;
 	o->attached.getsockopt = es_getsockopt;
 	o->attached.sendmsg = es_sendmsg_attached;
@@ -3011,14 +3037,12 @@ static int es_ulp_init(struct sock *sk)
 	if (sk->sk_state != TCP_ESTABLISHED && sk->sk_state != TCP_LISTEN &&
 	    sk->sk_state != TCP_CLOSE)
 		return -ENOTCONN;
+	/* a socket kiwarp owns (cm.c), or any other user's */
+	if (rcu_access_pointer(sk->sk_user_data))
+		return -EBUSY;
 	orig = sock->ops;
-	if (orig->family != sk->sk_family || !orig->getsockopt ||
-	    (sk->sk_family == AF_INET && orig != &inet_stream_ops))
+	if (!kw_stock_tcp_ops(sk->sk_family, orig))
 		return -EOPNOTSUPP;
-#ifdef KW_HAVE_GETSOCKOPT_ITER
-	if (orig->getsockopt_iter)
-		return -EOPNOTSUPP;
-#endif
 	o = es_ops_of(sk);
 	mutex_lock(&es_ops_lock);
 	if (!o->orig)

@@ -53,8 +53,10 @@ static inline void vm_flags_clear(struct vm_area_struct *vma, vm_flags_t flags)
 /* 6.10: proto_ops.accept takes a struct proto_accept_arg. */
 #ifdef KW_HAVE_PROTO_ACCEPT_ARG
 #define KW_ACCEPT_ARGS	struct proto_accept_arg *arg
+#define KW_ACCEPT_PASS	arg
 #else
 #define KW_ACCEPT_ARGS	int flags, bool kern
+#define KW_ACCEPT_PASS	flags, kern
 #endif
 
 /*

@@ -391,6 +391,7 @@ int kw_cm_kconnect(struct kw_qp *qp, struct socket *sock,
 		   struct kw_cm_kparam *kp);
 int kw_cm_kaccept(struct kw_qp *qp, struct socket *sock,
 		  struct kw_cm_kparam *kp);
+bool kw_stock_tcp_ops(int family, const struct proto_ops *ops);
 
 /* rxhold.c */
 int kw_rxh_enable(struct kw_qp *qp, struct sock *sk, const struct kw_mr *mr,

@@ -384,7 +384,8 @@ static int connect_fd(struct end *e, int sockfd)
  * first sockets kiwarp ever sees, which is the attack, and the plain IPv6
  * socket below is the one that claims the IPv6 table (the fixed code binds
  * it to the ops of the first plain IPv6 TCP socket: inet6_stream_ops is in
- * the ipv6 module, kiwarp cannot name it). No later case uses IPv6.
+ * the ipv6 module, kiwarp cannot name it). Later cases hand in IPv6
+ * sockets only after it (ulp_listener_queued_child_is_plain_tcp).
  */
 static void ulp_ops(int *kwt_fail, void *arg)
 {
@@ -444,6 +445,123 @@ TEST(ulp_sockets_do_not_use_up_ops)
 	if (system("modprobe -q tls 2>/dev/null"))
 		note("modprobe tls failed (built in, or not available)");
 	as_nobody(kwt_fail, 40, ulp_ops, NULL);
+}
+
+/* ============ a connection queued before a listener took the ULP */
+
+static long mod_refcnt(void)
+{
+	FILE *f = fopen("/sys/module/kiwarp/refcnt", "r");
+	long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+struct hand_in {
+	struct end *e;
+	int fd, ret;
+};
+
+/* ACCEPT on the fd: the responder waits for the MPA Request first */
+static void *hand_in_thread(void *arg)
+{
+	struct hand_in *h = arg;
+	struct kw_qp_init_attr a = { .send_cq = h->e->cq,
+				     .recv_cq = h->e->cq,
+				     .sq_entries = 4, .rq_entries = 4 };
+	struct kw_qp *qp;
+
+	h->ret = kw_create_qp(h->e->pd, &a, &qp);
+	if (h->ret)
+		return NULL;
+	h->ret = kw_accept(qp, h->fd, NULL, 500, NULL);
+	kw_destroy_qp(qp);
+	return NULL;
+}
+
+/*
+ * A connection queued on a listener before TCP_ULP "kiwarp" came was
+ * cloned without the ULP, but accept() gave it the listener's ops,
+ * kiwarp's, all the same (before 2026-11-29): a plain TCP socket wearing
+ * extended-socket ops with no ULP behind them. Handed to ACCEPT as the
+ * first IPv6 fd since insmod, it made the owned table a copy of those
+ * ops, whose getsockopt called back into the table: any getsockopt on it
+ * overflowed the kernel stack (a panic, for any user). The child is plain
+ * TCP now: no module reference for ops it does not wear, no ULP, and it
+ * is handed in like any plain socket while getsockopt keeps working.
+ */
+static void queued_child(int *kwt_fail, void *arg)
+{
+	int fam = *(int *)arg;
+	struct sockaddr_storage ss = { .ss_family = fam };
+	socklen_t sl = fam == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					 sizeof(struct sockaddr_in);
+	struct hand_in h = { .ret = 1 };
+	struct tcp_info ti;
+	struct end e;
+	pthread_t t;
+	char name[16];
+	socklen_t len;
+	long r0;
+	int l, c, s, i, bad = 0;
+
+	if (fam == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+	else
+		((struct sockaddr_in *)&ss)->sin_addr.s_addr =
+			htonl(INADDR_LOOPBACK);
+	l = socket(fam, SOCK_STREAM, 0);
+	ASSERT_GE(l, 0);
+	if (bind(l, (void *)&ss, sl)) {
+		note("SKIP: no loopback address in family %d (%s)", fam,
+		     strerror(errno));
+		close(l);
+		return;
+	}
+	ASSERT_EQ(listen(l, 4), 0);
+	ASSERT_EQ(getsockname(l, (void *)&ss, &sl), 0);
+	c = socket(fam, SOCK_STREAM, 0);
+	ASSERT_EQ(connect(c, (void *)&ss, sl), 0);	/* queued */
+	ASSERT_EQ(setsockopt(l, IPPROTO_TCP, TCP_ULP, "kiwarp", 6), 0);
+	r0 = mod_refcnt();
+	s = accept(l, NULL, NULL);
+	ASSERT_GE(s, 0);
+	EXPECT_EQ(mod_refcnt(), r0);
+	len = sizeof(name);
+	ASSERT_EQ(getsockopt(s, IPPROTO_TCP, TCP_ULP, name, &len), 0);
+	EXPECT_EQ(len, 0);
+
+	/* handed in (c stays silent: no MPA Request, the wait times out) */
+	memset(&e, 0, sizeof(e));
+	ASSERT_EQ(end_init(&e, 64), 0);
+	h.e = &e;
+	h.fd = s;
+	ASSERT_EQ(pthread_create(&t, NULL, hand_in_thread, &h), 0);
+	for (i = 0; i < 40; i++) {
+		len = sizeof(ti);
+		bad += getsockopt(s, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0;
+		usleep(10000);
+	}
+	pthread_join(t, NULL);
+	EXPECT_EQ(bad, 0);
+	EXPECT_EQ(h.ret, -ETIMEDOUT);
+	end_fini(&e);
+	close(s);
+	close(c);
+	close(l);
+}
+
+TEST(ulp_listener_queued_child_is_plain_tcp)
+{
+	int fam[2] = { AF_INET, AF_INET6 }, i;
+
+	for (i = 0; i < 2; i++)
+		as_nobody(kwt_fail, 60, queued_child, &fam[i]);
 }
 
 /* ============================================== row 1: ring index rewind */
