@@ -15,8 +15,9 @@
  * full ring. Nothing user space writes into the mapping can make the kernel
  * write outside the ring.
  *
- * The ring is charged to the opener's RLIMIT_MEMLOCK (ctx->mm pinned_vm),
- * like the pinned memory of MRs, and to the creator's memory cgroup, for as
+ * The ring is charged to the creator's RLIMIT_MEMLOCK (the pinned_vm of
+ * the mm of the task that creates it, not of the device's opener, which
+ * may have exited and passed its fd on), like the pinned memory of MRs, and to the creator's memory cgroup, for as
  * long as it exists: a mapping outlives DESTROY_CQ and keeps the charge.
  *
  * Lifetime: the context's table holds one reference, every QP bound to the
@@ -116,7 +117,7 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 	cq->mem_size = size;
 
 	/* zeroed: prod == cons == 0 */
-	cq->umem = kw_umem_alloc(ctx->mm, size, &cq->mem);
+	cq->umem = kw_umem_alloc(current->mm, size, &cq->mem);
 	if (IS_ERR(cq->umem)) {
 		ret = PTR_ERR(cq->umem);
 		cq->umem = NULL;

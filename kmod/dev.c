@@ -285,7 +285,7 @@ static ssize_t dev_read(struct file *file, char __user *ubuf, size_t count,
 /*
  * A context: the root of a set of objects. One per open /dev/kiwarp file,
  * and one per extended socket (es.c). Kernel ring memory is charged to the
- * creating task's mm.
+ * mm of the task that creates each ring (cq.c), not to the opener's.
  */
 struct kw_ctx *kw_ctx_alloc(void)
 {
@@ -307,8 +307,6 @@ struct kw_ctx *kw_ctx_alloc(void)
 	spin_lock_init(&ctx->ev_lock);
 	INIT_KFIFO(ctx->ev_fifo);
 	init_waitqueue_head(&ctx->ev_wait);
-	ctx->mm = current->mm;
-	mmgrab(ctx->mm);
 	ctx->home_cpu = raw_smp_processor_id();
 	return ctx;
 }
@@ -332,7 +330,6 @@ void kw_ctx_free(struct kw_ctx *ctx)
 	xa_destroy(&ctx->cqs);
 	xa_destroy(&ctx->mrs);
 	xa_destroy(&ctx->pds);
-	mmdrop(ctx->mm);
 	kw_paths_free(ctx->paths);	/* after the QPs (tx.c) */
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);

@@ -90,7 +90,6 @@ struct kw_ctx {
 	unsigned long ev_pending[BITS_TO_LONGS(KW_MAX_CQ + 1)];
 	wait_queue_head_t ev_wait;	/* poll()/read() sleepers */
 
-	struct mm_struct *mm;	/* mmgrab'ed: memlock accounting */
 	bool dying;		/* release() started */
 	/*
 	 * The QPs' path hints (tx.c): set once, when the first QP takes a
@@ -275,7 +274,7 @@ int kw_mr_invalidate(u32 stag, u32 pd_id);
 /*
  * Charge/uncharge npages to mm->pinned_vm against the caller's
  * RLIMIT_MEMLOCK (no limit with CAP_IPC_LOCK). -ENOMEM past the limit.
- * Used for MRs (current->mm) and kernel ring memory (ctx->mm).
+ * Used for MRs (current->mm) and kernel ring memory (the creating task's mm).
  */
 int kw_account_pinned(struct mm_struct *mm, unsigned long npages);
 void kw_unaccount_pinned(struct mm_struct *mm, unsigned long npages);

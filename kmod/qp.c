@@ -1034,10 +1034,11 @@ static struct kw_qp *qp_alloc(struct kw_ctx *ctx,
 	qp->copy_adapt = !(arg->flags & KIWARP_QP_COPY_MAX);
 
 	/* Ring memory is charged to RLIMIT_MEMLOCK and the memcg (umem.c). */
-	ret = ring_alloc(&qp->sq, ctx->mm, arg->sq_entries);
+	/* charged to the creator, as the CQ (cq.c) */
+	ret = ring_alloc(&qp->sq, current->mm, arg->sq_entries);
 	if (ret)
 		goto err_free;
-	ret = ring_alloc(&qp->rq, ctx->mm, arg->rq_entries);
+	ret = ring_alloc(&qp->rq, current->mm, arg->rq_entries);
 	if (ret)
 		goto err_free;
 	ret = -ENOMEM;

@@ -5,8 +5,8 @@
  * A ring is a set of zeroed pages allocated with __GFP_ACCOUNT (charged to
  * the memory cgroup of the task that creates the ring), mapped contiguously
  * into the kernel with vmap() and into user space with vm_map_pages_zero().
- * It is charged to RLIMIT_MEMLOCK (pinned_vm of the opener's mm) from
- * allocation until the pages are freed.
+ * It is charged to RLIMIT_MEMLOCK (pinned_vm of the creating task's mm)
+ * from allocation until the pages are freed.
  *
  * Lifetime: the owning object (CQ or QP) holds one reference, every VMA
  * that maps the ring holds one (vm_ops open/close; a split, a move or a
@@ -59,7 +59,7 @@ static struct kw_umem *umem_alloc(struct mm_struct *mm, size_t size,
 	struct kw_umem *u;
 	int ret;
 
-	if (!npages || npages & ((1UL << order) - 1))
+	if (!npages || npages & ((1UL << order) - 1) || !mm)
 		return ERR_PTR(-EINVAL);
 	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
 	if (!u)

@@ -1262,6 +1262,90 @@ TEST(ring_memlock_charge)
 	as_nobody(kwt_fail, 60, memlock_rings, NULL);
 }
 
+/* A /dev/kiwarp fd opened by a child that passes it over sv and exits. */
+static int fd_of_dead_opener(int sv[2])
+{
+	char cbuf[CMSG_SPACE(sizeof(int))], x = 0;
+	struct iovec iov = { &x, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	pid_t pid = fork();
+	int fd = -1, st;
+
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			_exit(1);
+		cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		_exit(sendmsg(sv[1], &m, 0) == 1 ? 0 : 1);
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+	    WEXITSTATUS(st))
+		return -1;
+	if (recvmsg(sv[0], &m, 0) != 1)
+		return -1;
+	cm = CMSG_FIRSTHDR(&m);
+	if (cm && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	return fd;
+}
+
+/*
+ * Ring pages are charged to the task that creates the ring. They were
+ * charged to the mm of the device's opener (before 2026-11-29), checked
+ * against the creator's limit: a process whose children opened the
+ * device, passed the fds and exited got a full RLIMIT_MEMLOCK per fd.
+ */
+static void memlock_dead_openers(int *kwt_fail, void *arg)
+{
+	struct rlimit rl = { 2 << 20, 2 << 20 };
+	struct kiwarp_create_cq c;
+	size_t held = 0;
+	int sv[2], fds[4], i, j, n = 0;
+
+	(void)arg;
+	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+	for (i = 0; i < 4; i++) {
+		fds[i] = fd_of_dead_opener(sv);
+		ASSERT_GE(fds[i], 0);
+	}
+	for (i = 0; i < 4; i++) {
+		for (j = 0; j < 64; j++) {
+			memset(&c, 0, sizeof(c));
+			c.entries = 4096;
+			if (xioctl(fds[i], KIWARP_IOC_CREATE_CQ, &c))
+				break;
+			held += c.mmap_size;
+			n++;
+		}
+	}
+	note("%d CQs, %zu KiB of rings on 4 contexts, limit %lu KiB", n,
+	     held >> 10, (unsigned long)(rl.rlim_cur >> 10));
+	EXPECT_GE(n, 1);
+	EXPECT_LE(held, (size_t)rl.rlim_cur);
+	/* ... and charged to us */
+	EXPECT_GE(vm_pin_kb() * 1024L, (long)held);
+	for (i = 0; i < 4; i++)
+		close(fds[i]);
+	EXPECT_EQ(wait_pin_kb(0), 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(ring_memlock_not_multiplied_by_dead_openers)
+{
+	as_nobody(kwt_fail, 60, memlock_dead_openers, NULL);
+}
+
 /* PROT_EXEC on the rings: refused at mmap and at mprotect. */
 static void exec_rings(int *kwt_fail, void *arg)
 {
