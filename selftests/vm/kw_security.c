@@ -451,15 +451,7 @@ TEST(ulp_sockets_do_not_use_up_ops)
 
 static long mod_refcnt(void)
 {
-	FILE *f = fopen("/sys/module/kiwarp/refcnt", "r");
-	long v = -1;
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	return kw_read_long("/sys/module/kiwarp/refcnt");
 }
 
 struct hand_in {

@@ -47,21 +47,27 @@ static inline long long meminfo(const char *key)
 	return v;
 }
 
+/* The number a sysfs (or proc) file holds; -1 without one. */
+static inline long kw_read_long(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
 /*
  * Does the loaded kiwarp.ko use the patched kernel's TCP hook (module
  * parameter tcp_hooks)? 1 or 0; -1 if there is no such parameter.
  */
 static inline int kw_tcp_hooks_param(void)
 {
-	FILE *f = fopen("/sys/module/kiwarp/parameters/tcp_hooks", "r");
-	int v = -1;
-
-	if (f) {
-		if (fscanf(f, "%d", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	return kw_read_long("/sys/module/kiwarp/parameters/tcp_hooks");
 }
 
 /* kiwarp.ko's ooo_aligned: 1 (Y), 0 (N), -1 if unknown */
