@@ -178,8 +178,9 @@ static int owned_getsockopt(struct socket *sock, int level, int optname,
 	/* Reading state is fine; zerocopy receive would consume the stream. */
 	if (level == SOL_TCP && optname == TCP_ZEROCOPY_RECEIVE)
 		return -EBUSY;
-	return owned_orig(sock)->getsockopt(sock, level, optname, optval,
-					    optlen);
+	/* the table's own orig, not the socket's ops (a copy of ours?) */
+	return kw_owned[sock->sk->sk_family == AF_INET6].orig->getsockopt(
+		sock, level, optname, optval, optlen);
 }
 
 static int owned_sendmsg(struct socket *sock, struct msghdr *m, size_t len)

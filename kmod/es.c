@@ -304,15 +304,15 @@ static atomic64_t es_stat_switched, es_stat_failed;
 static atomic64_t es_stat_tx_bytes, es_stat_rx_bytes;
 static atomic64_t es_stat_rx_held, es_stat_rx_settled;	/* rxhold.c */
 
+/*
+ * TCP's own ops, which ours wrap: those our table was built from. Only
+ * ours call here, so the socket wears them, or a copy someone made of
+ * them (kTLS copies the ops of its first socket): never its current ops,
+ * which in a copy would call back here for ever.
+ */
 static const struct proto_ops *es_orig(const struct socket *sock)
 {
-	const struct proto_ops *ops = READ_ONCE(sock->ops);
-	int i;
-
-	for (i = 0; i < ARRAY_SIZE(es_ops); i++)
-		if (ops == &es_ops[i].attached || ops == &es_ops[i].run)
-			return es_ops[i].orig;
-	return ops;
+	return es_ops[sock->sk->sk_family == AF_INET6].orig;
 }
 
 static struct es_ops *es_ops_of(const struct sock *sk)
@@ -2957,8 +2957,10 @@ static int es_attached_accept(struct socket *sock, struct socket *newsock,
 
 	if (!ret && READ_ONCE(newsock->ops) == &o->attached &&
 	    inet_csk(newsock->sk)->icsk_ulp_ops != &es_ulp_ops) {
+		/* do_accept() took a reference on our module, for ours */
+		__module_get(o->orig->owner);
 		WRITE_ONCE(newsock->ops, o->orig);
-		module_put(THIS_MODULE);	/* do_accept()'s, for ours */
+		module_put(THIS_MODULE);
 	}
 	return ret;
 }
@@ -3056,8 +3058,10 @@ static int es_ulp_init(struct sock *sk)
 	if (!es)
 		return -ENOMEM;
 	rcu_assign_pointer(inet_csk(sk)->icsk_ulp_data, es);
-	__module_get(THIS_MODULE);	/* the ops' owner: sock_release() */
+	/* sock_release() puts the owner of the ops it finds: ours now */
+	__module_get(THIS_MODULE);
 	WRITE_ONCE(sock->ops, &o->attached);
+	module_put(orig->owner);	/* (NULL: IPv4, or IPv6 built in) */
 	return 0;
 }
 
