@@ -219,10 +219,10 @@ static ssize_t owned_splice_read(struct socket *sock, loff_t *ppos,
  * Are ops those of plain TCP in family: the kernel's own table, not one
  * of ours (es.c's, or the owned one) nor another module's copy? The first
  * table of a family that kiwarp copies (here, and es.c's) is copied from
- * such ops and later ones must be the same: a copy of ours would call
- * back into itself. IPv6's table is not exported before 7.x: its release
- * and owner stand for it. Also no getsockopt_iter (7.x): our getsockopt
- * filters would be bypassed by it.
+ * such ops and later ones must be the same. IPv6's table is not exported
+ * before 7.x: its release and connect stand for it (kTLS's copies and
+ * MPTCP's match too, but a ULP'd socket and MPTCP are refused anyway).
+ * No getsockopt_iter (7.x): it would bypass our getsockopt filters.
  */
 bool kw_stock_tcp_ops(int family, const struct proto_ops *ops)
 {
@@ -254,11 +254,7 @@ static const struct proto_ops *owned_ops_for(int family,
 	struct kw_owned_ops *o = &kw_owned[family == AF_INET6];
 	const struct proto_ops *ret = NULL;
 
-	/*
-	 * owned_getsockopt() filters getsockopt and calls orig's; a kernel
-	 * whose TCP answers through getsockopt_iter (7.x added the hook)
-	 * would bypass the filter: not a table we know how to wear.
-	 */
+	/* owned_getsockopt() filters getsockopt and calls orig's */
 	if (!kw_stock_tcp_ops(family, orig))
 		return NULL;
 	mutex_lock(&kw_owned_lock);

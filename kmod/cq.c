@@ -17,8 +17,9 @@
  *
  * The ring is charged to the creator's RLIMIT_MEMLOCK (the pinned_vm of
  * the mm of the task that creates it, not of the device's opener, which
- * may have exited and passed its fd on), like the pinned memory of MRs, and to the creator's memory cgroup, for as
- * long as it exists: a mapping outlives DESTROY_CQ and keeps the charge.
+ * may have exited and passed its fd on), like the pinned memory of MRs,
+ * and to the creator's memory cgroup, for as long as it exists: a mapping
+ * outlives DESTROY_CQ and keeps the charge.
  *
  * Lifetime: the context's table holds one reference, every QP bound to the
  * CQ one more (taken at CREATE_QP, dropped when the QP is freed), so a QP

@@ -2945,9 +2945,10 @@ static int es_set_rcvlowat(struct sock *sk, int val)
  * to TCP's own ops. Otherwise it would wear ours with no ULP behind them
  * (es_of() NULL), and a table copied from a socket's ops (kiwarp's owned
  * one, cm.c; kTLS's) would be copied from ours, whose calls go back to
- * the socket's ops: endless recursion. (kernel_accept() sets the child's
- * ops only after this, so there it keeps ours; no kernel user accepts on
- * a listener that a user's TCP_ULP reached.)
+ * the socket's ops. (kernel_accept(), nfsd's for one, sets the child's
+ * ops after this, and there the child keeps ours: es_orig() and the
+ * owned getsockopt never call a socket's current ops, so no copy of a
+ * table of ours recurses.)
  */
 static int es_attached_accept(struct socket *sock, struct socket *newsock,
 			      KW_ACCEPT_ARGS)
