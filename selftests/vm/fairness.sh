@@ -56,7 +56,12 @@ port=18600
 unpriv=(prlimit --memlock=unlimited -- setpriv --reuid=nobody --regid=nogroup --clear-groups)
 "${srv[@]}" taskset -c 0 "${unpriv[@]}" tools/kiwarp-perf -s -p $port -q > /tmp/fair.srv 2>&1 &
 pids+=($!)
-sleep 0.5
+# listening before the client connects (a fixed wait lost that race on a
+# loaded host: "Connection refused")
+for i in $(seq 200); do
+	"${srv[@]}" ss -Hltn "sport = :$port" | grep -q . && break
+	sleep 0.1
+done
 "${cli[@]}" taskset -c 1 "${unpriv[@]}" tools/kiwarp-perf -c $addr -p $port \
 	-t write -m bw -S 64M -n 64 -w 64 -q > /tmp/fair.cli 2>&1 &
 clipid=$!
