@@ -1203,14 +1203,14 @@ static void zc_on_the_wire(int how, int *kwt_fail)
 	} else {
 		struct timeval tv = { .tv_sec = 3 };
 		int lowat = ZC_BUF;
+		double t0;
 
 		ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVTIMEO, &tv,
 				     sizeof(tv)), 0);
 		if (how == ZC_READ_RCVLOWAT)
 			ASSERT_EQ(setsockopt(h.es, SOL_SOCKET, SO_RCVLOWAT,
 					     &lowat, sizeof(lowat)), 0);
-		double t0 = now();
-
+		t0 = now();
 		/* the peek, then the read, of half 1 and not the 'D's; the
 		 * peek at once, not at SO_RCVTIMEO */
 		ASSERT_EQ(recv(h.es, m + ZC_HALF + 100, ZC_HALF,
