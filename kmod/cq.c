@@ -15,10 +15,10 @@
  * full ring. Nothing user space writes into the mapping can make the kernel
  * write outside the ring.
  *
- * The ring is charged to the creator's RLIMIT_MEMLOCK (the pinned_vm of
- * the mm of the task that creates it, not of the device's opener, which
- * may have exited and passed its fd on), like the pinned memory of MRs,
- * and to the creator's memory cgroup, for as long as it exists: a mapping
+ * The ring is charged to RLIMIT_MEMLOCK of the task that creates it (its
+ * user's total, kw_memlock_charge; not the device's opener, which may
+ * have exited and passed its fd on), like the pinned memory of MRs, and
+ * to the creator's memory cgroup, for as long as it exists: a mapping
  * outlives DESTROY_CQ and keeps the charge.
  *
  * Lifetime: the context's table holds one reference, every QP bound to the
@@ -118,7 +118,7 @@ int kw_cq_create(struct kw_ctx *ctx, struct kiwarp_create_cq *arg)
 	cq->mem_size = size;
 
 	/* zeroed: prod == cons == 0 */
-	cq->umem = kw_umem_alloc(current->mm, size, &cq->mem);
+	cq->umem = kw_umem_alloc(size, &cq->mem);
 	if (IS_ERR(cq->umem)) {
 		ret = PTR_ERR(cq->umem);
 		cq->umem = NULL;

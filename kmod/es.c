@@ -1684,15 +1684,13 @@ static int es_alloc(struct kw_es *es)
 		return ret;
 	}
 	es->ctx->one_qp = true;		/* no path hints to share */
-	es->mem = kw_umem_alloc(current->mm, (rb_pages + 2) << PAGE_SHIFT,
-				&base);
+	es->mem = kw_umem_alloc((rb_pages + 2) << PAGE_SHIFT, &base);
 	if (IS_ERR(es->mem)) {
 		ret = PTR_ERR(es->mem);
 		es->mem = NULL;
 		return ret;
 	}
-	es->smem = kw_umem_alloc_chunks(current->mm, es->sbuf_size,
-					ES_SBUF_ORDER);
+	es->smem = kw_umem_alloc_chunks(es->sbuf_size, ES_SBUF_ORDER);
 	if (IS_ERR(es->smem)) {
 		ret = PTR_ERR(es->smem);
 		es->smem = NULL;

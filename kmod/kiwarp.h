@@ -124,6 +124,21 @@ struct kw_pd {
 };
 
 /*
+ * A charge of pages kiwarp holds for user space (pinned MR pages, ring and
+ * extended-socket buffers) against RLIMIT_MEMLOCK. The limit is checked
+ * against the user's total (user_struct.locked_vm, which io_uring, AF_XDP
+ * and perf charge too), so neither fork nor fds handed on by processes
+ * that exited multiply it; the pages also show in VmPin of the charging
+ * task's mm (pinned_vm). With CAP_IPC_LOCK there is no limit and the user
+ * is not charged (user NULL), as io_uring does.
+ */
+struct kw_memlock {
+	struct user_struct *user;	/* get_uid()'ed, or NULL */
+	struct mm_struct *mm;		/* mmgrab()'ed */
+	unsigned long npages;
+};
+
+/*
  * A registered memory region. Looked up by STag from any context (softirq
  * receive, tx worker, ioctl) under RCU with kw_mr_get(); the reference keeps
  * the pages pinned. Deregistration removes the STag from the table, then
@@ -144,7 +159,7 @@ struct kw_mr {
 	unsigned int page_off;	/* addr & ~PAGE_MASK */
 	unsigned long npages;
 	struct page **pages;
-	struct mm_struct *mm;	/* accounted mm (pinned_vm); NULL with umem */
+	struct kw_memlock memlock;	/* of the pinned pages; none with umem */
 	struct kw_umem *umem;	/* kernel memory (kw_mr_reg_kernel): its
 				 * reference keeps the pages and their charge */
 	atomic_t wr_refs;	/* in-flight WRs using it: dereg -EBUSY */
@@ -199,7 +214,7 @@ struct kw_cq {
 /* ---- dev.c */
 int kw_dev_init(void);
 void kw_dev_exit(void);
-struct kw_ctx *kw_ctx_alloc(void);	/* ERR_PTR; charged to current->mm */
+struct kw_ctx *kw_ctx_alloc(void);	/* ERR_PTR; in current's memcg */
 void kw_ctx_free(struct kw_ctx *ctx);	/* process context, no locks */
 void kw_paths_alloc(struct kw_ctx *ctx);	/* tx.c */
 void kw_paths_free(struct kw_paths *t);
@@ -271,13 +286,12 @@ struct page *kw_mr_replace_chunk(struct kw_mr *mr, unsigned long idx,
  * (unknown), -EACCES (other PD), -EINVAL (already invalid).
  */
 int kw_mr_invalidate(u32 stag, u32 pd_id);
-/*
- * Charge/uncharge npages to mm->pinned_vm against the caller's
- * RLIMIT_MEMLOCK (no limit with CAP_IPC_LOCK). -ENOMEM past the limit.
- * Used for MRs (current->mm) and kernel ring memory (the creating task's mm).
- */
-int kw_account_pinned(struct mm_struct *mm, unsigned long npages);
-void kw_unaccount_pinned(struct mm_struct *mm, unsigned long npages);
+/* Charge npages to current (process context). -ENOMEM past the limit,
+ * -EFAULT without an mm (a kernel thread). */
+int kw_memlock_charge(struct kw_memlock *ml, unsigned long npages);
+/* Give back what kw_memlock_charge took; any context that may drop an mm
+ * reference (mmdrop) and a user (free_uid). */
+void kw_memlock_uncharge(struct kw_memlock *ml);
 /* Wait until every deregistered MR's pages are unpinned (process ctx). */
 void kw_mem_flush(void);
 int kw_mem_init(void);
@@ -293,10 +307,10 @@ void kw_mem_exit(void);
 
 /* ---- umem.c */
 struct kw_umem;
-/* Zeroed ring memory of size bytes charged to mm; ERR_PTR on failure. */
-struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr);
-struct kw_umem *kw_umem_alloc_chunks(struct mm_struct *mm, size_t size,
-				     unsigned int order);
+/* Zeroed ring memory of size bytes charged to current (kw_memlock_charge);
+ * ERR_PTR on failure. */
+struct kw_umem *kw_umem_alloc(size_t size, void **vaddr);
+struct kw_umem *kw_umem_alloc_chunks(size_t size, unsigned int order);
 void kw_umem_put(struct kw_umem *u);	/* NULL is fine; process context */
 void kw_umem_get(struct kw_umem *u);
 unsigned long kw_umem_npages(const struct kw_umem *u);

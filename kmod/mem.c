@@ -91,23 +91,45 @@ static struct workqueue_struct *kw_mem_wq;
 
 /* ------------------------------------------------------------ accounting */
 
-int kw_account_pinned(struct mm_struct *mm, unsigned long npages)
+int kw_memlock_charge(struct kw_memlock *ml, unsigned long npages)
 {
 	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-	s64 pinned;
+	struct user_struct *user = NULL;
 
-	/* Same scheme as drivers/infiniband/core/umem.c. */
-	pinned = atomic64_add_return(npages, &mm->pinned_vm);
-	if ((u64)pinned > limit && !capable(CAP_IPC_LOCK)) {
-		atomic64_sub(npages, &mm->pinned_vm);
-		return -ENOMEM;
+	if (!current->mm)
+		return -EFAULT;
+	if (!capable(CAP_IPC_LOCK)) {
+		/* As io_uring's __io_account_mem(): never over, even racing. */
+		long cur, new;
+
+		user = current_user();
+		cur = atomic_long_read(&user->locked_vm);
+		do {
+			new = cur + npages;
+			if (npages > limit || new > limit || new < cur)
+				return -ENOMEM;
+		} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+		get_uid(user);
 	}
+	ml->user = user;
+	ml->mm = current->mm;
+	mmgrab(ml->mm);
+	ml->npages = npages;
+	atomic64_add(npages, &ml->mm->pinned_vm);
 	return 0;
 }
 
-void kw_unaccount_pinned(struct mm_struct *mm, unsigned long npages)
+void kw_memlock_uncharge(struct kw_memlock *ml)
 {
-	atomic64_sub(npages, &mm->pinned_vm);
+	if (!ml->mm)
+		return;
+	atomic64_sub(ml->npages, &ml->mm->pinned_vm);
+	mmdrop(ml->mm);
+	if (ml->user) {
+		atomic_long_sub(ml->npages, &ml->user->locked_vm);
+		free_uid(ml->user);
+	}
+	memset(ml, 0, sizeof(*ml));
 }
 
 /* -------------------------------------------------------------------- PD */
@@ -218,8 +240,7 @@ static void mr_release_work(struct work_struct *work)
 	}
 	unpin_user_pages_dirty_lock(mr->pages, mr->npages, mr_writable(mr));
 	kvfree(mr->pages);
-	kw_unaccount_pinned(mr->mm, mr->npages);
-	mmdrop(mr->mm);
+	kw_memlock_uncharge(&mr->memlock);
 	/* kw_mr_get() may still be inspecting mr under RCU. */
 	kfree_rcu(mr, rcu);
 }
@@ -478,13 +499,10 @@ static int mr_reg_user(struct kw_ctx *ctx, struct kiwarp_reg_mr *arg, u64 to)
 	mr->page_off = arg->addr & ~PAGE_MASK;
 	mr->npages = ((arg->addr + arg->length - 1) >> PAGE_SHIFT) -
 		     (arg->addr >> PAGE_SHIFT) + 1;
-	/* Pages are pinned in (and charged to) the caller's mm. */
-	mr->mm = current->mm;
-	mmgrab(mr->mm);
-
-	ret = kw_account_pinned(mr->mm, mr->npages);
+	/* Pages are pinned in the caller's mm, charged to the caller. */
+	ret = kw_memlock_charge(&mr->memlock, mr->npages);
 	if (ret)
-		goto err_mmdrop;
+		goto err_free;
 
 	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages),
 				   GFP_KERNEL_ACCOUNT);
@@ -512,9 +530,8 @@ err_unpin:
 err_free_pages:
 	kvfree(mr->pages);
 err_unaccount:
-	kw_unaccount_pinned(mr->mm, mr->npages);
-err_mmdrop:
-	mmdrop(mr->mm);
+	kw_memlock_uncharge(&mr->memlock);
+err_free:
 	kfree(mr);
 	return ret;
 }

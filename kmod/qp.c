@@ -18,7 +18,7 @@ struct workqueue_struct *kw_wq, *kw_bulk_wq;
 
 /* ------------------------------------------------------------------ rings */
 
-static int ring_alloc(struct kw_ring *r, struct mm_struct *mm, u32 min_entries)
+static int ring_alloc(struct kw_ring *r, u32 min_entries)
 {
 	u32 n = roundup_pow_of_two(max_t(u32, min_entries, 1));
 	void *mem;
@@ -26,7 +26,7 @@ static int ring_alloc(struct kw_ring *r, struct mm_struct *mm, u32 min_entries)
 	r->entries = n;
 	r->mem_size = KW_RING_ENTRIES_OFF +
 		      PAGE_ALIGN((size_t)n * sizeof(struct kiwarp_wqe));
-	r->umem = kw_umem_alloc(mm, r->mem_size, &mem);
+	r->umem = kw_umem_alloc(r->mem_size, &mem);
 	if (IS_ERR(r->umem)) {
 		int ret = PTR_ERR(r->umem);
 
@@ -1033,12 +1033,12 @@ static struct kw_qp *qp_alloc(struct kw_ctx *ctx,
 		       KIWARP_COPY_MAX_DEFAULT;
 	qp->copy_adapt = !(arg->flags & KIWARP_QP_COPY_MAX);
 
-	/* Ring memory is charged to RLIMIT_MEMLOCK and the memcg (umem.c). */
-	/* charged to the creator, as the CQ (cq.c) */
-	ret = ring_alloc(&qp->sq, current->mm, arg->sq_entries);
+	/* Ring memory is charged to the creator's RLIMIT_MEMLOCK and memcg,
+	 * as the CQ's (cq.c, umem.c). */
+	ret = ring_alloc(&qp->sq, arg->sq_entries);
 	if (ret)
 		goto err_free;
-	ret = ring_alloc(&qp->rq, current->mm, arg->rq_entries);
+	ret = ring_alloc(&qp->rq, arg->rq_entries);
 	if (ret)
 		goto err_free;
 	ret = -ENOMEM;

@@ -5,8 +5,9 @@
  * A ring is a set of zeroed pages allocated with __GFP_ACCOUNT (charged to
  * the memory cgroup of the task that creates the ring), mapped contiguously
  * into the kernel with vmap() and into user space with vm_map_pages_zero().
- * It is charged to RLIMIT_MEMLOCK (pinned_vm of the creating task's mm)
- * from allocation until the pages are freed.
+ * It is charged to RLIMIT_MEMLOCK of the creating task's user (and shows
+ * in its VmPin; kw_memlock_charge) from allocation until the pages are
+ * freed.
  *
  * Lifetime: the owning object (CQ or QP) holds one reference, every VMA
  * that maps the ring holds one (vm_ops open/close; a split, a move or a
@@ -34,7 +35,7 @@ struct kw_umem {
 	struct page **pages;
 	unsigned long npages;
 	unsigned int order;	/* of its chunks; > 0: kw_umem_alloc_chunks */
-	struct mm_struct *mm;	/* mmgrab'ed; npages charged to pinned_vm */
+	struct kw_memlock memlock;	/* charged for npages */
 };
 
 /* Our reference to each chunk (a page, at order 0): an skb may hold one
@@ -51,20 +52,19 @@ static void umem_free_pages(struct page **pages, unsigned long n,
 
 /* size bytes in zeroed chunks of 2^order pages (compound if order > 0),
  * mapped into the kernel if map */
-static struct kw_umem *umem_alloc(struct mm_struct *mm, size_t size,
-				  unsigned int order, bool map)
+static struct kw_umem *umem_alloc(size_t size, unsigned int order, bool map)
 {
 	unsigned long i, j, npages = PAGE_ALIGN(size) >> PAGE_SHIFT;
 	gfp_t gfp = GFP_KERNEL_ACCOUNT | __GFP_ZERO | (order ? __GFP_COMP : 0);
 	struct kw_umem *u;
 	int ret;
 
-	if (!npages || npages & ((1UL << order) - 1) || !mm)
+	if (!npages || npages & ((1UL << order) - 1))
 		return ERR_PTR(-EINVAL);
 	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
 	if (!u)
 		return ERR_PTR(-ENOMEM);
-	ret = kw_account_pinned(mm, npages);
+	ret = kw_memlock_charge(&u->memlock, npages);
 	if (ret)
 		goto err_free;
 	ret = -ENOMEM;
@@ -87,23 +87,21 @@ static struct kw_umem *umem_alloc(struct mm_struct *mm, size_t size,
 	}
 	u->npages = npages;
 	u->order = order;
-	u->mm = mm;
-	mmgrab(mm);
 	refcount_set(&u->ref, 1);
 	return u;
 
 err_pages:
 	umem_free_pages(u->pages, i, order);
 err_unaccount:
-	kw_unaccount_pinned(mm, npages);
+	kw_memlock_uncharge(&u->memlock);
 err_free:
 	kfree(u);
 	return ERR_PTR(ret);
 }
 
-struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
+struct kw_umem *kw_umem_alloc(size_t size, void **vaddr)
 {
-	struct kw_umem *u = umem_alloc(mm, size, 0, true);
+	struct kw_umem *u = umem_alloc(size, 0, true);
 
 	if (!IS_ERR(u))
 		*vaddr = u->vaddr;
@@ -118,12 +116,11 @@ struct kw_umem *kw_umem_alloc(struct mm_struct *mm, size_t size, void **vaddr)
  * cannot map a page it got in an skb into its address space
  * (TCP_ZEROCOPY_RECEIVE takes only order-0 pages) and keep it.
  */
-struct kw_umem *kw_umem_alloc_chunks(struct mm_struct *mm, size_t size,
-				     unsigned int order)
+struct kw_umem *kw_umem_alloc_chunks(size_t size, unsigned int order)
 {
 	if (!order)
 		return ERR_PTR(-EINVAL);
-	return umem_alloc(mm, size, order, false);
+	return umem_alloc(size, order, false);
 }
 
 void kw_umem_put(struct kw_umem *u)
@@ -134,8 +131,7 @@ void kw_umem_put(struct kw_umem *u)
 	if (u->vaddr)
 		vunmap(u->vaddr);
 	umem_free_pages(u->pages, u->npages, u->order);
-	kw_unaccount_pinned(u->mm, u->npages);
-	mmdrop(u->mm);
+	kw_memlock_uncharge(&u->memlock);
 	kfree(u);
 }
 

@@ -1338,6 +1338,121 @@ TEST(ring_memlock_not_multiplied_by_dead_openers)
 	as_nobody(kwt_fail, 60, memlock_dead_openers, NULL);
 }
 
+/*
+ * In a child forked with the device fd: pin 256 KiB MRs of the child's
+ * own memory, then create 16 KiB CQs, until the limit refuses one; write
+ * the bytes held to out and exit. The pins and rings outlive the child:
+ * the context (the parent's fd) holds them.
+ */
+static void memlock_fill_and_exit(int fd, uint32_t pd, int out)
+{
+	struct kiwarp_create_cq c;
+	struct kiwarp_reg_mr r;
+	uint64_t held = 0;
+	int i;
+
+	for (i = 0; i < 64; i++) {
+		void *m = mmap(NULL, 256 << 10, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (m == MAP_FAILED)
+			break;
+		memset(&r, 0, sizeof(r));
+		r.pd = pd;
+		r.access = KIWARP_ACCESS_LOCAL_WRITE;
+		r.addr = (uintptr_t)m;
+		r.length = 256 << 10;
+		if (xioctl(fd, KIWARP_IOC_REG_MR, &r))
+			break;
+		held += r.length;
+	}
+	for (i = 0; i < 64; i++) {
+		memset(&c, 0, sizeof(c));
+		c.entries = 256;
+		if (xioctl(fd, KIWARP_IOC_CREATE_CQ, &c))
+			break;
+		held += c.mmap_size;
+	}
+	_exit(write(out, &held, sizeof(held)) == sizeof(held) ? 0 : 1);
+}
+
+/*
+ * RLIMIT_MEMLOCK bounds what a user holds, whatever process charged it.
+ * It was checked per mm (before 2026-11-29): children forked with the
+ * device fd each pinned up to the limit and exited, and the parent held
+ * one limit per child.
+ */
+static void memlock_forks(int *kwt_fail, void *arg)
+{
+	struct rlimit rl = { 2 << 20, 2 << 20 };
+	struct kiwarp_handle pd = { 0 };
+	struct kiwarp_reg_mr r;
+	uint64_t held = 0, h;
+	int fd, p[2], i, st;
+	void *m;
+
+	(void)arg;
+	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	ASSERT_EQ(pipe(p), 0);
+	fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_ALLOC_PD, &pd), 0);
+	for (i = 0; i < 4; i++) {
+		pid_t pid = fork();
+
+		ASSERT_GE(pid, 0);
+		if (!pid)
+			memlock_fill_and_exit(fd, pd.handle, p[1]);
+		ASSERT_EQ(waitpid(pid, &st, 0), pid);
+		ASSERT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
+		ASSERT_EQ(read(p[0], &h, sizeof(h)), (ssize_t)sizeof(h));
+		held += h;
+	}
+	note("4 children held %llu KiB of MRs and rings, limit %lu KiB",
+	     (unsigned long long)(held >> 10),
+	     (unsigned long)(rl.rlim_cur >> 10));
+	EXPECT_GE(held, (uint64_t)rl.rlim_cur / 2);
+	EXPECT_LE(held, (uint64_t)rl.rlim_cur);
+	/* the charge is the children's: nothing in our VmPin */
+	EXPECT_EQ(vm_pin_kb(), 0);
+
+	/* close gives it all back: one MR of 3/4 of the limit pins again */
+	close(fd);
+	m = mmap(NULL, 1536 << 10, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(m != MAP_FAILED);
+	fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	memset(&pd, 0, sizeof(pd));
+	ASSERT_EQ(xioctl(fd, KIWARP_IOC_ALLOC_PD, &pd), 0);
+	memset(&r, 0, sizeof(r));
+	r.pd = pd.handle;
+	r.access = KIWARP_ACCESS_LOCAL_WRITE;
+	r.addr = (uintptr_t)m;
+	r.length = 1536 << 10;
+	{
+		double end = now() + 2;
+		int ret;
+
+		/* a dead context's MRs are unpinned by a work item */
+		while ((ret = xioctl(fd, KIWARP_IOC_REG_MR, &r)) == -ENOMEM &&
+		       now() < end)
+			usleep(2000);
+		EXPECT_EQ(ret, 0);
+	}
+	EXPECT_EQ(vm_pin_kb(), 1536);
+	close(fd);
+	EXPECT_EQ(wait_pin_kb(0), 0);
+	munmap(m, 1536 << 10);
+	close(p[0]);
+	close(p[1]);
+}
+
+TEST(memlock_not_multiplied_by_forks)
+{
+	as_nobody(kwt_fail, 60, memlock_forks, NULL);
+}
+
 /* PROT_EXEC on the rings: refused at mmap and at mprotect. */
 static void exec_rings(int *kwt_fail, void *arg)
 {
