@@ -556,6 +556,189 @@ TEST(ulp_listener_queued_child_is_plain_tcp)
 		as_nobody(kwt_fail, 60, queued_child, &fam[i]);
 }
 
+/* ============= background IWARP_MODE switches: a user namespace's uids */
+
+struct bg_watch {
+	int fd;
+	volatile int done;
+};
+
+/* Shut the socket down if its switch has not returned within 0.5 s. */
+static void *bg_watchdog(void *arg)
+{
+	struct bg_watch *w = arg;
+	double end = now() + 0.5;
+
+	while (!w->done && now() < end)
+		usleep(5000);
+	if (!w->done)
+		shutdown(w->fd, SHUT_RDWR);
+	return NULL;
+}
+
+/*
+ * Switch up to n connections to the silent listener on port without
+ * blocking; count those that went to the background (EINPROGRESS). The
+ * first that does not (the caller's budget is used up: it switches in
+ * its own thread and would wait for the silent peer) ends the count.
+ * The sockets stay open, their switches under way.
+ */
+static int bg_switches(uint16_t port, int n)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(port),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int mode = IWARP_MODE_ACTIVE, got = 0, i;
+
+	for (i = 0; i < n; i++) {
+		struct bg_watch w = { .fd = socket(AF_INET, SOCK_STREAM, 0) };
+		pthread_t t;
+		int r;
+
+		if (w.fd < 0 || connect(w.fd, (void *)&sin, sizeof(sin)) ||
+		    setsockopt(w.fd, IPPROTO_TCP, TCP_ULP, "kiwarp", 6) ||
+		    fcntl(w.fd, F_SETFL, O_NONBLOCK) ||
+		    pthread_create(&t, NULL, bg_watchdog, &w))
+			return -1;
+		r = setsockopt(w.fd, SOL_IWARP, IWARP_MODE, &mode,
+			       sizeof(mode)) ? -errno : 0;
+		w.done = 1;
+		pthread_join(t, NULL);
+		if (r != -EINPROGRESS) {
+			close(w.fd);
+			break;
+		}
+		got++;
+	}
+	return got;
+}
+
+/*
+ * In a user namespace created by uid 12345, with ns uids 0-3 mapped to
+ * kuids 200000-200003: one process per ns uid, one after the other,
+ * starts background switches towards a peer that never answers and
+ * reports (count_w) how many went to the background; all keep theirs
+ * until the parent says go again, then exit, and we wait for them.
+ */
+static void bg_userns(int ready_w, int go_r, int count_w, uint16_t port)
+{
+	/* each switch pins ~300 KiB of buffers: room for 70 per uid, so
+	 * that only the switches' own limit counts */
+	struct rlimit rl = { 64 << 20, 64 << 20 };
+	pid_t kids[4];
+	int hold[2], i, n;
+	char c;
+
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) ||
+	    setresgid(12345, 12345, 12345) || setgroups(0, NULL) ||
+	    setresuid(12345, 12345, 12345) || unshare(CLONE_NEWUSER))
+		_exit(2);
+	if (pipe(hold) || write(ready_w, "r", 1) != 1)
+		_exit(3);
+	if (read(go_r, &c, 1) != 1)	/* the maps are written */
+		_exit(4);
+	for (i = 0; i < 4; i++) {
+		int p[2];
+
+		if (pipe(p))
+			_exit(5);
+		kids[i] = fork();
+		if (kids[i] < 0)
+			_exit(6);
+		if (!kids[i]) {
+			close(hold[1]);
+			n = setresgid(i, i, i) || setresuid(i, i, i) ? -2 :
+			    bg_switches(port, 70);
+			if (write(p[1], &n, sizeof(n)) != sizeof(n))
+				_exit(7);
+			(void)!read(hold[0], &c, 1);	/* EOF: done */
+			_exit(0);
+		}
+		close(p[1]);
+		if (read(p[0], &n, sizeof(n)) != sizeof(n))
+			n = -3;
+		close(p[0]);
+		if (write(count_w, &n, sizeof(n)) != sizeof(n))
+			_exit(8);
+	}
+	(void)!read(go_r, &c, 1);
+	close(hold[1]);
+	for (i = 0; i < 4; i++)
+		waitpid(kids[i], NULL, 0);
+	_exit(0);
+}
+
+static void write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, s, strlen(s)) < 0)
+			note("%s: %s", path, strerror(errno));
+		close(fd);
+	}
+}
+
+/*
+ * ES_BG_PER_USER (64 background switches at a time, each holding one of
+ * the workers all users share) is per account: the uids of a user
+ * namespace count as its creator's. Until 2026-11-29 each uid counted on
+ * its own, so a user with subordinate uids (/etc/subuid, newuidmap) held
+ * 64 workers per uid: four uids held all 256 of the workqueue's, and every
+ * other user's background switch waited in the queue past its deadline.
+ */
+TEST(background_switches_per_user_namespace_creator)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sin);
+	int l, ready[2], go[2], cnt[2], i, n, total = 0, st;
+	char path[64], c;
+	pid_t pid;
+
+	l = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT_GE(l, 0);
+	ASSERT_EQ(bind(l, (void *)&sin, sizeof(sin)), 0);
+	ASSERT_EQ(listen(l, 1024), 0);	/* never accepts: silent */
+	ASSERT_EQ(getsockname(l, (void *)&sin, &sl), 0);
+	ASSERT_EQ(pipe(ready), 0);
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(pipe(cnt), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid) {
+		close(l);
+		bg_userns(ready[1], go[0], cnt[1], ntohs(sin.sin_port));
+	}
+	/* ours closed: the child's death is an EOF */
+	close(ready[1]);
+	close(go[0]);
+	close(cnt[1]);
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+	write_file(path, "0 200000 4\n");
+	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+	write_file(path, "0 200000 4\n");
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	for (i = 0; i < 4; i++) {
+		ASSERT_EQ(read(cnt[0], &n, sizeof(n)), (ssize_t)sizeof(n));
+		note("ns uid %d (kuid %d): %d background switches", i,
+		     200000 + i, n);
+		EXPECT_GE(n, 0);
+		if (n > 0)
+			total += n;
+	}
+	/* the switches end with their sockets: all of them, before we go */
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
+	EXPECT_EQ(total, 64);
+	close(l);
+	close(ready[0]);
+	close(go[1]);
+	close(cnt[0]);
+}
+
 /* ============================================== row 1: ring index rewind */
 
 struct rewind_case {
