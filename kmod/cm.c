@@ -56,7 +56,8 @@ static int kernel_cm_allowed(void)
 
 static struct kw_ucount kw_user_socks = KW_UCOUNT_INIT(kw_user_socks);
 
-/* Kernel sockets of a user: as many as its RLIMIT_NOFILE allows. */
+/* Kernel sockets of an account (kw_account_uid()): as many as the
+ * caller's RLIMIT_NOFILE allows. */
 static int user_sock_charge(kuid_t uid)
 {
 	return kw_ucount_charge(&kw_user_socks, uid, rlimit(RLIMIT_NOFILE));
@@ -72,7 +73,7 @@ static int user_sock_create(int family, struct socket **sockp, kuid_t *uid)
 {
 	int ret;
 
-	*uid = current_uid();
+	*uid = kw_account_uid();
 	ret = user_sock_charge(*uid);
 	if (ret)
 		return ret;
@@ -1296,7 +1297,7 @@ static int accept_sock(struct kw_ctx *ctx, struct kw_qp *qp,
 	if (!l)
 		return -EINVAL;
 	sk = l->sock->sk;
-	*uid = current_uid();
+	*uid = kw_account_uid();
 	ret = user_sock_charge(*uid);
 	if (ret)
 		goto out;

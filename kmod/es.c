@@ -284,8 +284,11 @@ static struct workqueue_struct *es_wq;
  * Background switches, per user: each holds a kiwarp_es worker for up to
  * es_switch_deadline_ms. A user with ES_BG_PER_USER under way switches the
  * next one in its own thread (blocking), so one user's silent peers cannot
- * keep the shared workers from everybody else. The user is the one
- * es_bg_account() names: the uids of a user namespace are its creator's.
+ * keep the shared workers from everybody else. The user is the account
+ * kw_account_uid() names: the uids of a user namespace are its creator's
+ * (before 2026-11-29 each uid counted on its own: four uids of one user
+ * held all 256 workers, and every other user's background switch waited
+ * out its deadline in the queue).
  */
 #define ES_BG_PER_USER		64
 static unsigned int es_switch_deadline_ms = 30000;	/* queue, Request, Reply */
@@ -2449,31 +2452,12 @@ static int es_recv_zc_opt(struct kw_es *es, int optname, char __user *optval,
 	return ret;
 }
 
-/*
- * Whom a background switch is charged to: the caller's uid, or, in a user
- * namespace, the uid that created the outermost one below the initial
- * namespace. The uids mapped into a namespace (a user's subordinate uids,
- * /etc/subuid) count as that user's: each is a kuid of its own, and a
- * user with 65536 of them held 65536 times ES_BG_PER_USER of the shared
- * workers (before 2026-11-29), enough for every other user's background
- * switch to wait out its deadline in the queue.
- */
-static kuid_t es_bg_account(void)
-{
-	const struct user_namespace *ns = current_user_ns();
-	kuid_t uid = current_uid();
-
-	for (; ns != &init_user_ns; ns = ns->parent)
-		uid = ns->owner;
-	return uid;
-}
-
 static int es_setsockopt(struct socket *sock, int level, int optname,
 			 sockptr_t optval, unsigned int optlen)
 {
 	struct kw_es *es = es_of(sock->sk);
 	bool nonblock, initiator;
-	kuid_t uid = es_bg_account();
+	kuid_t uid = kw_account_uid();
 	int val, ret;
 
 	if (level != SOL_IWARP)

@@ -126,14 +126,15 @@ struct kw_pd {
 /*
  * A charge of pages kiwarp holds for user space (pinned MR pages, ring and
  * extended-socket buffers) against RLIMIT_MEMLOCK. The limit is checked
- * against the user's total (user_struct.locked_vm, which io_uring, AF_XDP
- * and perf charge too), so neither fork nor fds handed on by processes
- * that exited multiply it; the pages also show in VmPin of the charging
- * task's mm (pinned_vm). With CAP_IPC_LOCK there is no limit and the user
- * is not charged (user NULL), as io_uring does.
+ * against the total of the caller's account (kw_account_uid(): its uid,
+ * or the creator of its user namespace), so neither fork, nor fds handed
+ * on by processes that exited, nor the uids of a user namespace multiply
+ * it; the pages also show in VmPin of the charging task's mm (pinned_vm).
+ * With CAP_IPC_LOCK there is no limit and the account is not charged.
  */
 struct kw_memlock {
-	struct user_struct *user;	/* get_uid()'ed, or NULL */
+	kuid_t uid;			/* the account charged, if limited */
+	bool limited;
 	struct mm_struct *mm;		/* mmgrab()'ed */
 	unsigned long npages;
 };
@@ -289,8 +290,7 @@ int kw_mr_invalidate(u32 stag, u32 pd_id);
 /* Charge npages to current (process context). -ENOMEM past the limit,
  * -EFAULT without an mm (a kernel thread). */
 int kw_memlock_charge(struct kw_memlock *ml, unsigned long npages);
-/* Give back what kw_memlock_charge took; any context that may drop an mm
- * reference (mmdrop) and a user (free_uid). */
+/* Give back what kw_memlock_charge took (process context: a mutex). */
 void kw_memlock_uncharge(struct kw_memlock *ml);
 /* Wait until every deregistered MR's pages are unpinned (process ctx). */
 void kw_mem_flush(void);
@@ -369,7 +369,7 @@ void kw_tcp_hooks_init(void);
 void kw_tcp_hooks_exit(void);
 bool kw_tcp_hooks(void);
 
-/* ---- ucount.c: per-user counts with a limit */
+/* ---- ucount.c: per-account counts with a limit */
 struct kw_ucount {
 	struct mutex lock;
 	struct xarray xa;	/* uid -> xa_mk_value(count), non-zero only */
@@ -378,9 +378,23 @@ struct kw_ucount {
 	.lock = __MUTEX_INITIALIZER((name).lock),			\
 	.xa = XARRAY_INIT((name).xa, 0),				\
 }
-/* 0, -EMFILE at the limit, or -ENOMEM. */
-int kw_ucount_charge(struct kw_ucount *uc, kuid_t uid, unsigned long limit);
-void kw_ucount_uncharge(struct kw_ucount *uc, kuid_t uid);
+/* The account of the caller's charges: its uid, a user namespace's
+ * creator for the uids mapped into it (process context). */
+kuid_t kw_account_uid(void);
+/* Add n to uid's count: 0, -EMFILE past limit, or -ENOMEM. Process
+ * context (a mutex), as kw_ucount_sub. */
+int kw_ucount_add(struct kw_ucount *uc, kuid_t uid, unsigned long n,
+		  unsigned long limit);
+void kw_ucount_sub(struct kw_ucount *uc, kuid_t uid, unsigned long n);
+static inline int kw_ucount_charge(struct kw_ucount *uc, kuid_t uid,
+				   unsigned long limit)
+{
+	return kw_ucount_add(uc, uid, 1, limit);
+}
+static inline void kw_ucount_uncharge(struct kw_ucount *uc, kuid_t uid)
+{
+	kw_ucount_sub(uc, uid, 1);
+}
 /* Module exit: every charge was given back. */
 void kw_ucount_destroy(struct kw_ucount *uc);
 

@@ -91,27 +91,23 @@ static struct workqueue_struct *kw_mem_wq;
 
 /* ------------------------------------------------------------ accounting */
 
+/* Pages held for user space per account (kw_account_uid()), in pages. */
+static struct kw_ucount kw_memlock_users = KW_UCOUNT_INIT(kw_memlock_users);
+
 int kw_memlock_charge(struct kw_memlock *ml, unsigned long npages)
 {
-	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-	struct user_struct *user = NULL;
+	int ret;
 
 	if (!current->mm)
 		return -EFAULT;
-	if (!capable(CAP_IPC_LOCK)) {
-		/* As io_uring's __io_account_mem(): never over, even racing. */
-		long cur, new;
-
-		user = current_user();
-		cur = atomic_long_read(&user->locked_vm);
-		do {
-			new = cur + npages;
-			if (npages > limit || new > limit || new < cur)
-				return -ENOMEM;
-		} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
-		get_uid(user);
+	ml->limited = !capable(CAP_IPC_LOCK);
+	if (ml->limited) {
+		ml->uid = kw_account_uid();
+		ret = kw_ucount_add(&kw_memlock_users, ml->uid, npages,
+				    rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT);
+		if (ret)
+			return ret == -EMFILE ? -ENOMEM : ret;
 	}
-	ml->user = user;
 	ml->mm = current->mm;
 	mmgrab(ml->mm);
 	ml->npages = npages;
@@ -121,14 +117,13 @@ int kw_memlock_charge(struct kw_memlock *ml, unsigned long npages)
 
 void kw_memlock_uncharge(struct kw_memlock *ml)
 {
+	might_sleep();
 	if (!ml->mm)
 		return;
 	atomic64_sub(ml->npages, &ml->mm->pinned_vm);
 	mmdrop(ml->mm);
-	if (ml->user) {
-		atomic_long_sub(ml->npages, &ml->user->locked_vm);
-		free_uid(ml->user);
-	}
+	if (ml->limited)
+		kw_ucount_sub(&kw_memlock_users, ml->uid, ml->npages);
 	memset(ml, 0, sizeof(*ml));
 }
 
@@ -861,6 +856,7 @@ void kw_mem_exit(void)
 	 * files are open and the QP layer has exited).
 	 */
 	destroy_workqueue(kw_mem_wq);
+	kw_ucount_destroy(&kw_memlock_users);
 	WARN_ON(atomic_read(&kw_stags.nelems));
 	rhashtable_destroy(&kw_stags);
 	ida_destroy(&kw_pd_ida);

@@ -1727,15 +1727,16 @@ TEST(iomap_pins_and_memlock)
 	EXPECT_EQ(kb, 0);
 
 	/*
-	 * as nobody, past the limit: ENOMEM, and nothing stays charged.
-	 * The limit bounds what nobody holds: root (CAP_IPC_LOCK) charged
-	 * nobody nothing for the sockets' own buffers.
+	 * as a user of our own, past the limit: ENOMEM, and nothing stays
+	 * charged. The limit bounds what that user holds: root
+	 * (CAP_IPC_LOCK) charged it nothing for the sockets' own buffers,
+	 * and no earlier test left anything on it (nobody's might).
 	 */
 	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
 	base = vm_pinned_kb();
 	rl.rlim_cur = rl.rlim_max = 512 << 10;
 	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
-	ASSERT_EQ(setuid(65534), 0);
+	ASSERT_EQ(setuid(60101), 0);
 	EXPECT_EQ(riomap_(s, m, n, 0), -ENOMEM);
 	EXPECT_EQ(vm_pinned_kb(), base);
 	EXPECT_EQ(riomap_(s, m, 256 << 10, 0), 0);
@@ -2182,13 +2183,13 @@ TEST(zerocopy_registration_bad_arguments)
 		usleep(20000);
 	EXPECT_EQ(vm_pinned_kb(), 0);
 
-	/* as nobody, past the limit: ENOMEM, nothing charged (the limit is
-	 * nobody's: root's buffers are not in it) */
+	/* as a user of our own, past the limit: ENOMEM, nothing charged
+	 * (the limit is that user's: root's buffers are not in it) */
 	ASSERT_EQ(es_pair(&c, &s), 0);
 	base = vm_pinned_kb();
 	rl.rlim_cur = rl.rlim_max = 32 << 10;
 	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
-	ASSERT_EQ(setuid(65534), 0);
+	ASSERT_EQ(setuid(60102), 0);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, n, 0), -ENOMEM);
 	EXPECT_EQ(vm_pinned_kb(), base);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, 32 << 10, 0), 0);

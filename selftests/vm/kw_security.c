@@ -614,24 +614,33 @@ static int bg_switches(uint16_t port, int n)
 }
 
 /*
- * In a user namespace created by uid 12345, with ns uids 0-3 mapped to
- * kuids 200000-200003: one process per ns uid, one after the other,
- * starts background switches towards a peer that never answers and
- * reports (count_w) how many went to the background; all keep theirs
- * until the parent says go again, then exit, and we wait for them.
+ * Work for the uids of a user namespace: created by uid creator, with ns
+ * uids 0-3 mapped to kuids base..base + 3. One process per ns uid, one
+ * after the other, runs work() and reports its count; all keep what they
+ * made until every count is in, then exit together.
  */
-static void bg_userns(int ready_w, int go_r, int count_w, uint16_t port)
+struct userns_job {
+	uid_t creator;
+	int base;
+	rlim_t memlock;
+	int (*work)(void *arg);
+	void *arg;
+	int counts[4];
+};
+
+static void userns_child(struct userns_job *j, int ready_w, int go_r,
+			 int count_w)
 {
-	/* each switch pins ~300 KiB of buffers: room for 70 per uid, so
-	 * that only the switches' own limit counts */
-	struct rlimit rl = { 64 << 20, 64 << 20 };
+	struct rlimit rl = { j->memlock, j->memlock };
 	pid_t kids[4];
 	int hold[2], i, n;
 	char c;
 
 	if (setrlimit(RLIMIT_MEMLOCK, &rl) ||
-	    setresgid(12345, 12345, 12345) || setgroups(0, NULL) ||
-	    setresuid(12345, 12345, 12345) || unshare(CLONE_NEWUSER))
+	    setresgid(j->creator, j->creator, j->creator) ||
+	    setgroups(0, NULL) ||
+	    setresuid(j->creator, j->creator, j->creator) ||
+	    unshare(CLONE_NEWUSER))
 		_exit(2);
 	if (pipe(hold) || write(ready_w, "r", 1) != 1)
 		_exit(3);
@@ -648,7 +657,7 @@ static void bg_userns(int ready_w, int go_r, int count_w, uint16_t port)
 		if (!kids[i]) {
 			close(hold[1]);
 			n = setresgid(i, i, i) || setresuid(i, i, i) ? -2 :
-			    bg_switches(port, 70);
+			    j->work(j->arg);
 			if (write(p[1], &n, sizeof(n)) != sizeof(n))
 				_exit(7);
 			(void)!read(hold[0], &c, 1);	/* EOF: done */
@@ -679,6 +688,50 @@ static void write_file(const char *path, const char *s)
 	}
 }
 
+/* Run j (as root): j->counts gets the four counts. */
+static void userns_run(int *kwt_fail, struct userns_job *j)
+{
+	int ready[2], go[2], cnt[2], i, st;
+	char path[64], map[64], c;
+	pid_t pid;
+
+	ASSERT_EQ(pipe(ready), 0);
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(pipe(cnt), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid)
+		userns_child(j, ready[1], go[0], cnt[1]);
+	/* ours closed: the child's death is an EOF */
+	close(ready[1]);
+	close(go[0]);
+	close(cnt[1]);
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	snprintf(map, sizeof(map), "0 %d 4\n", j->base);
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+	write_file(path, map);
+	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+	write_file(path, map);
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	for (i = 0; i < 4; i++) {
+		ASSERT_EQ(read(cnt[0], &j->counts[i], sizeof(int)),
+			  (ssize_t)sizeof(int));
+		EXPECT_GE(j->counts[i], 0);
+	}
+	/* what they made goes with them: all of it, before we go on */
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
+	close(ready[0]);
+	close(go[1]);
+	close(cnt[0]);
+}
+
+static int bg_work(void *arg)
+{
+	return bg_switches(*(uint16_t *)arg, 70);
+}
+
 /*
  * ES_BG_PER_USER (64 background switches at a time, each holding one of
  * the workers all users share) is per account: the uids of a user
@@ -691,52 +744,76 @@ TEST(background_switches_per_user_namespace_creator)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	/* each switch pins ~300 KiB of buffers: room for 4 x 70, so that
+	 * only the switches' own limit counts */
+	struct userns_job j = { .creator = 12345, .base = 200000,
+				.memlock = 128 << 20, .work = bg_work };
 	socklen_t sl = sizeof(sin);
-	int l, ready[2], go[2], cnt[2], i, n, total = 0, st;
-	char path[64], c;
-	pid_t pid;
+	uint16_t port;
+	int l, i, total = 0;
 
 	l = socket(AF_INET, SOCK_STREAM, 0);
 	ASSERT_GE(l, 0);
 	ASSERT_EQ(bind(l, (void *)&sin, sizeof(sin)), 0);
 	ASSERT_EQ(listen(l, 1024), 0);	/* never accepts: silent */
 	ASSERT_EQ(getsockname(l, (void *)&sin, &sl), 0);
-	ASSERT_EQ(pipe(ready), 0);
-	ASSERT_EQ(pipe(go), 0);
-	ASSERT_EQ(pipe(cnt), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (!pid) {
-		close(l);
-		bg_userns(ready[1], go[0], cnt[1], ntohs(sin.sin_port));
-	}
-	/* ours closed: the child's death is an EOF */
-	close(ready[1]);
-	close(go[0]);
-	close(cnt[1]);
-	ASSERT_EQ(read(ready[0], &c, 1), 1);
-	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
-	write_file(path, "0 200000 4\n");
-	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
-	write_file(path, "0 200000 4\n");
-	ASSERT_EQ(write(go[1], "g", 1), 1);
+	port = ntohs(sin.sin_port);
+	j.arg = &port;
+	userns_run(kwt_fail, &j);
 	for (i = 0; i < 4; i++) {
-		ASSERT_EQ(read(cnt[0], &n, sizeof(n)), (ssize_t)sizeof(n));
 		note("ns uid %d (kuid %d): %d background switches", i,
-		     200000 + i, n);
-		EXPECT_GE(n, 0);
-		if (n > 0)
-			total += n;
+		     j.base + i, j.counts[i]);
+		total += j.counts[i] > 0 ? j.counts[i] : 0;
 	}
-	/* the switches end with their sockets: all of them, before we go */
-	ASSERT_EQ(write(go[1], "g", 1), 1);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
 	EXPECT_EQ(total, 64);
 	close(l);
-	close(ready[0]);
-	close(go[1]);
-	close(cnt[0]);
+}
+
+/* Register 256 KiB MRs until the limit refuses one: KiB held. */
+static int mr_work(void *arg)
+{
+	struct kiwarp_handle pd = { 0 };
+	int fd = open(DEV_PATH, O_RDWR | O_CLOEXEC), i, kb = 0;
+
+	(void)arg;
+	if (fd < 0 || xioctl(fd, KIWARP_IOC_ALLOC_PD, &pd))
+		return -10;
+	for (i = 0; i < 64; i++) {
+		struct kiwarp_reg_mr r = { .pd = pd.handle,
+					   .access = KIWARP_ACCESS_LOCAL_WRITE,
+					   .length = 256 << 10 };
+		void *m = mmap(NULL, 256 << 10, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (m == MAP_FAILED)
+			return -11;
+		r.addr = (uintptr_t)m;
+		if (xioctl(fd, KIWARP_IOC_REG_MR, &r))
+			break;
+		kb += 256;
+	}
+	return kb;	/* fd stays open: the MRs stay until we exit */
+}
+
+/*
+ * RLIMIT_MEMLOCK bounds the account: the uids of a user namespace pin
+ * against its creator's total. Charged per uid (2026-11-29, between
+ * 5895076 and this test), four ns uids pinned four limits.
+ */
+TEST(memlock_per_user_namespace_creator)
+{
+	struct userns_job j = { .creator = 12346, .base = 210000,
+				.memlock = 2 << 20, .work = mr_work };
+	int i, total = 0;
+
+	userns_run(kwt_fail, &j);
+	for (i = 0; i < 4; i++) {
+		note("ns uid %d (kuid %d): %d KiB of MRs", i, j.base + i,
+		     j.counts[i]);
+		total += j.counts[i] > 0 ? j.counts[i] : 0;
+	}
+	EXPECT_GE(total, 1024);
+	EXPECT_LE(total, 2048);
 }
 
 /* ============================================== row 1: ring index rewind */
