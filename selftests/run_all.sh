@@ -177,7 +177,7 @@ vm_kernel() {
 	# 6.12: the smokes run on the debug kernel, built from the same 6.12
 	# source
 	if [ "$1" = 6.12 ] && debug_tier_on; then
-		tests=$(vm_tests_without 'kw_peerfuzz|kw_fuzz|faults\.sh')
+		tests=$(vm_tests_without 'kw_peerfuzz|kw_fuzz|kw_esfuzz|faults\.sh')
 		[ -n "$tests" ] || return 1
 	fi
 	KIWARP_VM_TESTS=${tests:-${KIWARP_VM_TESTS:-}} \

@@ -26,7 +26,7 @@ insmod "$ko" || { echo "not ok - insmod $ko"; exit 1; }
 # The default list ends with bounded smoke runs of the campaigns (make fuzz
 # runs them at full size: scripts/fuzz-campaign), KIWARP_SMOKE_SECONDS
 # (default 60) each (@SMOKE@ below).
-IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/vm/kw_hostile; selftests/vm/kw_rnic; selftests/vm/kw_ooo; selftests/vm/kw_security; selftests/vm/kw_es; selftests/vm/kw_eshostile; selftests/vm/fairness.sh; selftests/vm/es_apps.sh; selftests/vm/kw_peerfuzz --seed 1 --conns 2000 --seconds @SMOKE@ --jobs 8; selftests/vmfuzz/kw_fuzz --seed 1 --seconds @SMOKE@ --threads 3; selftests/vm/faults.sh --smoke --seed 1}"
+IFS=';' read -ra tests <<< "${KIWARP_VM_TESTS:-selftests/vm/kw_rdma; selftests/vm/kw_hostile; selftests/vm/kw_rnic; selftests/vm/kw_ooo; selftests/vm/kw_security; selftests/vm/kw_es; selftests/vm/kw_eshostile; selftests/vm/fairness.sh; selftests/vm/es_apps.sh; selftests/vm/kw_peerfuzz --seed 1 --conns 2000 --seconds @SMOKE@ --jobs 8; selftests/vmfuzz/kw_fuzz --seed 1 --seconds @SMOKE@ --threads 3; selftests/vmfuzz/kw_esfuzz --seed 1 --seconds @SMOKE@ --threads 3; selftests/vm/faults.sh --smoke --seed 1}"
 # @SMOKE@: the smokes' seconds (a token, not ${...}: kernel/vm-check reads
 # the default list out of this file up to its first closing brace)
 smoke=${KIWARP_SMOKE_SECONDS:-60}

@@ -95,6 +95,10 @@ static uint8_t *bad_page;			/* PROT_NONE */
 static long page_sz;
 
 static _Atomic long ops_done, findings, canary_rounds, pairs_up;
+#define NOPS		16
+static _Atomic long op_calls[NOPS], op_usec[NOPS];
+/* calls that succeeded, by SOL_IWARP option (set, get) */
+static _Atomic long iw_ok[2][16];
 static _Atomic int stop_flag;
 static double t_start;
 
@@ -310,13 +314,185 @@ static void *switch_thread(void *arg)
 	return NULL;
 }
 
+/* Close, mostly without waiting for what is unsent (SO_LINGER 0). */
+static void sock_close(struct th *t, int fd)
+{
+	struct linger lg = { 1, 0 };
+
+	if (chance(t, 80))
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
 /* Put fd in a random slot; whatever was there is closed. */
 static void slot_put(struct th *t, int fd)
 {
 	int old = atomic_exchange(&socks[below(t, MAX_SOCK)], fd);
 
 	if (old >= 0)
-		close(old);
+		sock_close(t, old);
+}
+
+static void op_mem(struct th *t);
+
+static uint8_t *region(struct th *t, size_t *len)
+{
+	size_t l = (1 + below(t, 64)) * page_sz;
+	size_t off = below(t, (BUF_LEN - l) / page_sz + 1) * page_sz;
+
+	*len = l;
+	return bufs[below(t, NBUF)] + off;
+}
+
+/*
+ * On a pair both ends of which just switched: the extensions used as a
+ * program would (one-sided writes and reads into a mapping the peer made,
+ * zero-copy sends from registered memory, a zero-copy receive), with
+ * random sizes, offsets and interruptions, so that their deeper paths run;
+ * the other threads' chaos then goes on on the same sockets.
+ */
+static void scenario(struct th *t, int a, int b)
+{
+	struct iwarp_iomap io = { 0 };
+	struct iwarp_mreg mr = { 0 };
+	size_t l;
+	uint8_t *r;
+	int one = 1;
+	long ret;
+
+	if (chance(t, 60)) {
+		/* b maps, a writes and reads one-sided */
+		struct iwarp_ioread rd = { 0 };
+		char cbuf[CMSG_SPACE(8)] __attribute__((aligned(8)));
+		struct iovec iov;
+		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+				    .msg_control = cbuf,
+				    .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+		uint64_t off;
+
+		r = region(t, &l);
+		io.addr = (uintptr_t)r;
+		io.len = l;
+		io.offset = below(t, 4) << 20;
+		io.prot = PROT_READ | PROT_WRITE;
+		ret = setsockopt(b, SOL_IWARP, IWARP_IOMAP, &io, sizeof(io));
+		check(t, "IWARP_IOMAP", ret, 0);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[0][IWARP_IOMAP], 1);
+		/* a learns of it with b's next call, or at once */
+		(void)!recv(b, bufs[0], 1, MSG_DONTWAIT | MSG_PEEK);
+		(void)!recv(a, bufs[0], 1, MSG_DONTWAIT | MSG_PEEK);
+		off = io.offset + below(t, l + 16);
+		memset(cbuf, 0, sizeof(cbuf));
+		cm->cmsg_level = SOL_IWARP;
+		cm->cmsg_type = IWARP_IOWRITE;
+		cm->cmsg_len = CMSG_LEN(8);
+		memcpy(CMSG_DATA(cm), &off, 8);
+		iov.iov_len = rlen(t, l);
+		iov.iov_base = rptr(t, iov.iov_len);
+		ret = sendmsg(a, &m, MSG_NOSIGNAL);
+		check(t, "sendmsg(IWARP_IOWRITE)", ret, iov.iov_len);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[0][IWARP_IOWRITE], 1);
+		rd.len = rlen(t, l);
+		rd.addr = (uintptr_t)rptr(t, rd.len);
+		rd.offset = io.offset + below(t, l);
+		{
+			socklen_t len = sizeof(rd);
+
+			ret = getsockopt(a, SOL_IWARP, IWARP_IOREAD, &rd, &len);
+			check(t, "IWARP_IOREAD", ret, 0);
+			if (ret >= 0)
+				atomic_fetch_add(&iw_ok[1][IWARP_IOREAD], 1);
+			if (!ret && rd.done > rd.len)
+				finding(t, "IWARP_IOREAD read %llu of %llu",
+					(unsigned long long)rd.done,
+					(unsigned long long)rd.len);
+		}
+		if (chance(t, 30)) {
+			io.offset = io.prot = 0;
+			ret = setsockopt(b, SOL_IWARP, IWARP_IOUNMAP, &io,
+					 sizeof(io));
+			check(t, "IWARP_IOUNMAP", ret, 0);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[0][IWARP_IOUNMAP], 1);
+		}
+	}
+	if (chance(t, 60)) {
+		/* zero-copy sends from registered memory */
+		struct msghdr m = { 0 };
+		char cbuf[256] __attribute__((aligned(8)));
+		size_t n;
+
+		r = region(t, &l);
+		mr.addr = (uintptr_t)r;
+		mr.len = l;
+		setsockopt(a, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one));
+		ret = setsockopt(a, SOL_IWARP, IWARP_MREG, &mr, sizeof(mr));
+		check(t, "IWARP_MREG", ret, 0);
+		n = 1 + below(t, 8);
+		while (n--) {
+			size_t o = below(t, l), len = 1 + below(t, l - o);
+
+			ret = send(a, r + o, len, MSG_ZEROCOPY | MSG_DONTWAIT |
+				   MSG_NOSIGNAL);
+			check(t, "send(MSG_ZEROCOPY)", ret, len);
+			(void)!recv(b, rptr(t, 65536), 65536, MSG_DONTWAIT);
+		}
+		m.msg_control = cbuf;
+		m.msg_controllen = sizeof(cbuf);
+		ret = recvmsg(a, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+		check(t, "recvmsg(MSG_ERRQUEUE)", ret, -1);
+		if (chance(t, 50)) {
+			ret = setsockopt(a, SOL_IWARP, IWARP_MDEREG, &mr,
+					 sizeof(mr));
+			check(t, "IWARP_MDEREG", ret, 0);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[0][IWARP_MDEREG], 1);
+		}
+	}
+	if (chance(t, 60)) {
+		/* a zero-copy receive: b's buffer, a's bytes */
+		struct iwarp_recv_zc zc = { 0 };
+		struct iwarp_recv_zc_done d;
+		socklen_t len = sizeof(zc);
+		size_t n;
+
+		r = region(t, &l);
+		mr.addr = (uintptr_t)r;
+		mr.len = l;
+		ret = setsockopt(b, SOL_IWARP, IWARP_MREG, &mr, sizeof(mr));
+		check(t, "IWARP_MREG", ret, 0);
+		zc.len = 1 + below(t, l);
+		zc.addr = (uintptr_t)r + below(t, l - zc.len + 1);
+		zc.id = rnd(t);
+		ret = getsockopt(b, SOL_IWARP, IWARP_RECV_ZC, &zc, &len);
+		check(t, "IWARP_RECV_ZC", ret, 0);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[1][IWARP_RECV_ZC], 1);
+		n = rlen(t, zc.len + 1000);
+		ret = send(a, rptr(t, n), n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		check(t, "send", ret, n);
+		switch (below(t, 4)) {
+		case 0:
+			(void)!setsockopt(b, SOL_IWARP, IWARP_RECV_ZC_CANCEL,
+					  NULL, 0);
+			break;
+		case 1:
+			op_mem(t);
+			break;
+		case 2:
+			shutdown(chance(t, 50) ? a : b, below(t, 3));
+			break;
+		}
+		(void)!recv(b, rptr(t, 65536), 65536, MSG_DONTWAIT);
+		len = sizeof(d);
+		ret = getsockopt(b, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &len);
+		check(t, "IWARP_RECV_ZC_DONE", ret, 0);
+		if (ret >= 0)
+			atomic_fetch_add(&iw_ok[1][IWARP_RECV_ZC_DONE], 1);
+	}
 }
 
 /*
@@ -327,6 +503,7 @@ static void slot_put(struct th *t, int fd)
 static void op_pair(struct th *t)
 {
 	int a, b, lulp = chance(t, 25), how = below(t, 10), one = 1;
+	int scen = how < 5 && chance(t, 60);
 	int ma = IWARP_MODE_ACTIVE, mb = IWARP_MODE_PASSIVE;
 
 	if (tcp_pair(chance(t, 30), lulp, &a, &b))
@@ -342,7 +519,12 @@ static void op_pair(struct th *t)
 
 		setsockopt(a, SOL_IWARP, IWARP_CRC, &v, sizeof(v));
 	}
-	if (chance(t, 30)) {
+	if (scen) {
+		int v = 4;
+
+		setsockopt(a, SOL_IWARP, IWARP_IOMAP_SIZE, &v, sizeof(v));
+		setsockopt(b, SOL_IWARP, IWARP_IOMAP_SIZE, &v, sizeof(v));
+	} else if (chance(t, 30)) {
 		int v = chance(t, 90) ? (int)below(t, 5) : (int)rnd(t);
 
 		setsockopt(a, SOL_IWARP, IWARP_IOMAP_SIZE, &v, sizeof(v));
@@ -355,7 +537,7 @@ static void op_pair(struct th *t)
 		setsockopt(chance(t, 50) ? a : b, SOL_SOCKET,
 			   chance(t, 50) ? SO_RCVBUF : SO_SNDBUF, &v, sizeof(v));
 	}
-	if (chance(t, 10)) {
+	if (!scen && chance(t, 10)) {
 		ma = below(t, 5);	/* AUTO, invalid, both active... */
 		mb = below(t, 5);
 	} else if (lulp && chance(t, 50)) {
@@ -370,8 +552,11 @@ static void op_pair(struct th *t)
 			int r = set_mode(a, ma);
 
 			pthread_join(pt, NULL);
-			if (!r && !s.ret)
+			if (!r && !s.ret) {
 				atomic_fetch_add(&pairs_up, 1);
+				if (scen)
+					scenario(t, a, b);
+			}
 		}
 	} else if (how < 8) {
 		/* both in the background */
@@ -560,6 +745,8 @@ static void op_iwarp_set(struct th *t)
 	ret = setsockopt(fd, SOL_IWARP, opt, chance(t, 3) ? rptr(t, len) : &u,
 			 len);
 	check(t, "setsockopt(SOL_IWARP)", ret, 0);
+	if (!ret)
+		atomic_fetch_add(&iw_ok[0][opt], 1);
 }
 
 static void op_iwarp_get(struct th *t)
@@ -616,6 +803,8 @@ static void op_iwarp_get(struct th *t)
 	ret = getsockopt(fd, SOL_IWARP, opt, chance(t, 3) ? rptr(t, len) : &u,
 			 chance(t, 2) ? rptr(t, 4) : &len);
 	check(t, "getsockopt(SOL_IWARP)", ret, 0);
+	if (!ret)
+		atomic_fetch_add(&iw_ok[1][opt], 1);
 	if (!ret && len > sizeof(u))
 		finding(t, "getsockopt(SOL_IWARP, %d) says %u bytes", opt,
 			(unsigned int)len);
@@ -737,7 +926,7 @@ static void op_close(struct th *t)
 	int old = atomic_exchange(&socks[below(t, MAX_SOCK)], -1);
 
 	if (old >= 0)
-		close(old);
+		sock_close(t, old);
 }
 
 static void op_dup(struct th *t)
@@ -930,6 +1119,7 @@ static const struct opdef {
 	{ "fork", op_fork, 1 },
 };
 static int op_total;
+_Static_assert(ARRAY_SIZE(opdefs) <= NOPS, "NOPS");
 
 static void run_ops(struct th *t, long n)
 {
@@ -942,10 +1132,14 @@ static void run_ops(struct th *t, long n)
 			break;
 		for (k = 0; w >= opdefs[k].weight; k++)
 			w -= opdefs[k].weight;
+		double t0 = now();
+
 		t->op_name = opdefs[k].name;
-		atomic_store(&t->op_start, now());
+		atomic_store(&t->op_start, t0);
 		opdefs[k].fn(t);
 		atomic_store(&t->op_start, 0.0);
+		atomic_fetch_add(&op_calls[k], 1);
+		atomic_fetch_add(&op_usec[k], (long)((now() - t0) * 1e6));
 		atomic_fetch_add(&ops_done, 1);
 	}
 }
@@ -1195,8 +1389,17 @@ int main(int argc, char **argv)
 		    after_pins, base_pins);
 		passed++;
 	}
-	say("# kw_esfuzz: seed=%llu threads=%d\n", (unsigned long long)cfg_seed,
-	    cfg_threads);
+	say("# per op: name calls seconds\n");
+	for (k = 0; k < (int)ARRAY_SIZE(opdefs); k++)
+		say("#   %-10s %7ld %7.1f\n", opdefs[k].name,
+		    atomic_load(&op_calls[k]), atomic_load(&op_usec[k]) / 1e6);
+	say("# SOL_IWARP options that succeeded (set/get):");
+	for (k = 1; k < 16; k++)
+		if (atomic_load(&iw_ok[0][k]) || atomic_load(&iw_ok[1][k]))
+			say(" %d:%ld/%ld", k, atomic_load(&iw_ok[0][k]),
+			    atomic_load(&iw_ok[1][k]));
+	say("\n# kw_esfuzz: seed=%llu threads=%d\n",
+	    (unsigned long long)cfg_seed, cfg_threads);
 	say("# %d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
