@@ -285,7 +285,7 @@ static ssize_t dev_read(struct file *file, char __user *ubuf, size_t count,
 /*
  * A context: the root of a set of objects. One per open /dev/kiwarp file,
  * and one per extended socket (es.c). Kernel ring memory is charged to the
- * mm of the task that creates each ring (cq.c), not to the opener's.
+ * task that creates each ring (cq.c, kw_memlock_charge), not to the opener.
  */
 struct kw_ctx *kw_ctx_alloc(void)
 {

@@ -5,7 +5,7 @@
  * A ring is a set of zeroed pages allocated with __GFP_ACCOUNT (charged to
  * the memory cgroup of the task that creates the ring), mapped contiguously
  * into the kernel with vmap() and into user space with vm_map_pages_zero().
- * It is charged to RLIMIT_MEMLOCK of the creating task's user (and shows
+ * It is charged to RLIMIT_MEMLOCK of the creating task's account (and shows
  * in its VmPin; kw_memlock_charge) from allocation until the pages are
  * freed.
  *
