@@ -16,7 +16,7 @@
  * write outside the ring.
  *
  * The ring is charged to RLIMIT_MEMLOCK of the task that creates it (its
- * user's total, kw_memlock_charge; not the device's opener, which may
+ * account's total, kw_memlock_charge; not the device's opener, which may
  * have exited and passed its fd on), like the pinned memory of MRs, and
  * to the creator's memory cgroup, for as long as it exists: a mapping
  * outlives DESTROY_CQ and keeps the charge.

@@ -972,6 +972,69 @@ static void op_splice(struct th *t)
 	close(p[1]);
 }
 
+static int send_fd(int via, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))] __attribute__((aligned(8)));
+	char x = 'x';
+	struct iovec iov = { &x, 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(via, &m, MSG_DONTWAIT) == 1 ? 0 : -1;
+}
+
+/*
+ * A socket in flight over SCM_RIGHTS: received back, dropped with the
+ * unix socket that carried it, or left in a cycle for the unix garbage
+ * collector, which releases it from a kernel thread (es_release() does
+ * not wait there).
+ */
+static void op_scm(struct th *t)
+{
+	int u[2], fd = rfd(t);
+
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u))
+		return;
+	if (!send_fd(u[0], fd)) {
+		switch (below(t, 3)) {
+		case 0: {
+			char cbuf[CMSG_SPACE(sizeof(int))]
+				__attribute__((aligned(8)));
+			char x;
+			struct iovec iov = { &x, 1 };
+			struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+					    .msg_control = cbuf,
+					    .msg_controllen = sizeof(cbuf) };
+			struct cmsghdr *cm;
+
+			if (recvmsg(u[1], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) == 1 &&
+			    (cm = CMSG_FIRSTHDR(&m)) &&
+			    cm->cmsg_type == SCM_RIGHTS) {
+				int nfd;
+
+				memcpy(&nfd, CMSG_DATA(cm), sizeof(int));
+				slot_put(t, nfd);
+			}
+			break;
+		}
+		case 1:
+			break;	/* closed below, the fd still in flight */
+		default:
+			/* each end in flight on the other: a cycle */
+			send_fd(u[1], u[0]);
+			send_fd(u[0], u[1]);
+		}
+	}
+	close(u[0]);
+	close(u[1]);
+}
+
 /* Change the memory under registrations and mappings. */
 static void op_mem(struct th *t)
 {
@@ -1117,6 +1180,7 @@ static const struct opdef {
 	{ "splice", op_splice, 2 },
 	{ "mem", op_mem, 4 },
 	{ "fork", op_fork, 1 },
+	{ "scm", op_scm, 2 },
 };
 static int op_total;
 _Static_assert(ARRAY_SIZE(opdefs) <= NOPS, "NOPS");
