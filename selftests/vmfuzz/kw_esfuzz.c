@@ -94,7 +94,9 @@ static uint8_t *bufs[NBUF];			/* BUF_LEN each */
 static uint8_t *bad_page;			/* PROT_NONE */
 static long page_sz;
 
-static _Atomic long ops_done, findings, canary_rounds, pairs_up;
+static _Atomic long ops_done, canary_rounds, pairs_up;
+/* in memory shared with the forked children: theirs count too */
+static _Atomic long *findings;
 #define NOPS		16
 static _Atomic long op_calls[NOPS], op_usec[NOPS];
 /* calls that succeeded, by SOL_IWARP option (set, get) */
@@ -218,7 +220,7 @@ static void finding(struct th *t, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (atomic_fetch_add(&findings, 1) >= 20)
+	if (atomic_fetch_add(findings, 1) >= 20)
 		return;
 	printf("# FINDING (thread %d, op %s): ", t ? t->id : -1,
 	       t && t->op_name ? t->op_name : "-");
@@ -1352,6 +1354,10 @@ int main(int argc, char **argv)
 	}
 	bad_page = mmap(NULL, page_sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
 			-1, 0);
+	findings = mmap(NULL, page_sz, PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (bad_page == MAP_FAILED || findings == MAP_FAILED)
+		return 1;
 	for (k = 0; k < cfg_threads; k++) {
 		struct th *t = &ths[k];
 
@@ -1423,9 +1429,9 @@ int main(int argc, char **argv)
 	atomic_store(&stop_flag, 1);
 	pthread_join(wd, NULL);
 
-	if (atomic_load(&findings) || !canaries) {
+	if (atomic_load(findings) || !canaries) {
 		say("not ok 1 - kw_esfuzz: %ld findings, %d canary pairs\n",
-		    atomic_load(&findings), canaries);
+		    atomic_load(findings), canaries);
 		failed++;
 	} else {
 		say("ok 1 - kw_esfuzz: %ld ops in %.0f s, %ld pairs switched, %ld canary messages intact\n",
