@@ -378,8 +378,9 @@ struct kw_ucount {
 	.lock = __MUTEX_INITIALIZER((name).lock),			\
 	.xa = XARRAY_INIT((name).xa, 0),				\
 }
-/* The account of the caller's charges: its uid, a user namespace's
- * creator for the uids mapped into it (process context). */
+/* The account of the caller's charges: its uid, or for the uids of a user
+ * namespace its creator (or, root's, the container's uid 0). Process
+ * context. */
 kuid_t kw_account_uid(void);
 /* Add n to uid's count: 0, -EMFILE past limit, or -ENOMEM. Process
  * context (a mutex), as kw_ucount_sub. */

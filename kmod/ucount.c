@@ -11,20 +11,33 @@
 #include "kiwarp.h"
 
 /*
- * The account a caller's charges go to: its uid, or, in a user namespace,
- * the uid that created the outermost one below the initial namespace.
- * The uids mapped into a namespace (a user's subordinate uids,
- * /etc/subuid) count as that user's: each is a kuid of its own, and a
- * user with 65536 of them would otherwise have 65536 times every limit.
+ * The account a caller's charges go to:
+ * - in the initial user namespace, its uid;
+ * - in a user namespace that a user made (directly, or nested in one it
+ *   made), that user: the uids mapped into it (its subordinate uids,
+ *   /etc/subuid) are each a kuid of their own, and counted apart a user
+ *   with 65536 of them would have 65536 times every limit;
+ * - in one that root made (a container runtime: LXD, runc with user
+ *   namespaces, systemd-nspawn -U...), the container, named by the kuid
+ *   its uid 0 maps to: charging root would let one container use up
+ *   every other container's limits. Without a uid 0 mapped there, the
+ *   caller's own uid (root chose that mapping).
+ * The namespaces stay alive meanwhile: current's creds hold the innermost,
+ * and each holds its parent.
  */
 kuid_t kw_account_uid(void)
 {
-	const struct user_namespace *ns = current_user_ns();
-	kuid_t uid = current_uid();
+	struct user_namespace *ns = current_user_ns(), *outer = NULL;
+	kuid_t root;
 
 	for (; ns != &init_user_ns; ns = ns->parent)
-		uid = ns->owner;
-	return uid;
+		outer = ns;
+	if (!outer)
+		return current_uid();
+	if (!uid_eq(outer->owner, GLOBAL_ROOT_UID))
+		return outer->owner;
+	root = make_kuid(outer, 0);
+	return uid_valid(root) ? root : current_uid();
 }
 
 int kw_ucount_add(struct kw_ucount *uc, kuid_t uid, unsigned long n,

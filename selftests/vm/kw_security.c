@@ -620,11 +620,13 @@ static int bg_switches(uint16_t port, int n)
  * made until every count is in, then exit together.
  */
 struct userns_job {
-	uid_t creator;
+	uid_t creator;		/* 0: root makes the namespace */
 	int base;
 	rlim_t memlock;
-	int (*work)(void *arg);
+	int (*work)(void *arg, int i);	/* in ns uid i */
 	void *arg;
+	/* while the four hold what they made (may be NULL) */
+	void (*held)(int *kwt_fail, struct userns_job *j);
 	int counts[4];
 };
 
@@ -657,7 +659,7 @@ static void userns_child(struct userns_job *j, int ready_w, int go_r,
 		if (!kids[i]) {
 			close(hold[1]);
 			n = setresgid(i, i, i) || setresuid(i, i, i) ? -2 :
-			    j->work(j->arg);
+			    j->work(j->arg, i);
 			if (write(p[1], &n, sizeof(n)) != sizeof(n))
 				_exit(7);
 			(void)!read(hold[0], &c, 1);	/* EOF: done */
@@ -718,6 +720,8 @@ static void userns_run(int *kwt_fail, struct userns_job *j)
 			  (ssize_t)sizeof(int));
 		EXPECT_GE(j->counts[i], 0);
 	}
+	if (j->held)
+		j->held(kwt_fail, j);
 	/* what they made goes with them: all of it, before we go on */
 	ASSERT_EQ(write(go[1], "g", 1), 1);
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
@@ -727,8 +731,21 @@ static void userns_run(int *kwt_fail, struct userns_job *j)
 	close(cnt[0]);
 }
 
-static int bg_work(void *arg)
+static int sum_counts(const struct userns_job *j, const char *what)
 {
+	int i, total = 0;
+
+	for (i = 0; i < 4; i++) {
+		note("ns uid %d (kuid %d): %d %s", i, j->base + i, j->counts[i],
+		     what);
+		total += j->counts[i] > 0 ? j->counts[i] : 0;
+	}
+	return total;
+}
+
+static int bg_work(void *arg, int i)
+{
+	(void)i;
 	return bg_switches(*(uint16_t *)arg, 70);
 }
 
@@ -750,7 +767,7 @@ TEST(background_switches_per_user_namespace_creator)
 				.memlock = 128 << 20, .work = bg_work };
 	socklen_t sl = sizeof(sin);
 	uint16_t port;
-	int l, i, total = 0;
+	int l, total;
 
 	l = socket(AF_INET, SOCK_STREAM, 0);
 	ASSERT_GE(l, 0);
@@ -760,25 +777,27 @@ TEST(background_switches_per_user_namespace_creator)
 	port = ntohs(sin.sin_port);
 	j.arg = &port;
 	userns_run(kwt_fail, &j);
-	for (i = 0; i < 4; i++) {
-		note("ns uid %d (kuid %d): %d background switches", i,
-		     j.base + i, j.counts[i]);
-		total += j.counts[i] > 0 ? j.counts[i] : 0;
-	}
+	total = sum_counts(&j, "background switches");
 	EXPECT_EQ(total, 64);
 	close(l);
 }
 
-/* Register 256 KiB MRs until the limit refuses one: KiB held. */
-static int mr_work(void *arg)
+/*
+ * Register 256 KiB MRs until the limit refuses one: KiB held. ns uid 3
+ * does it from a namespace of its own, nested in the job's (when arg is
+ * not NULL).
+ */
+static int mr_work(void *arg, int i)
 {
 	struct kiwarp_handle pd = { 0 };
-	int fd = open(DEV_PATH, O_RDWR | O_CLOEXEC), i, kb = 0;
+	int fd, n, kb = 0;
 
-	(void)arg;
+	if (arg && i == 3 && unshare(CLONE_NEWUSER))
+		return -12;
+	fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
 	if (fd < 0 || xioctl(fd, KIWARP_IOC_ALLOC_PD, &pd))
 		return -10;
-	for (i = 0; i < 64; i++) {
+	for (n = 0; n < 64; n++) {
 		struct kiwarp_reg_mr r = { .pd = pd.handle,
 					   .access = KIWARP_ACCESS_LOCAL_WRITE,
 					   .length = 256 << 10 };
@@ -795,23 +814,96 @@ static int mr_work(void *arg)
 	return kb;	/* fd stays open: the MRs stay until we exit */
 }
 
+/* What uid (in the initial namespace, limit 2 MiB) pins: KiB. */
+static int mr_as(uid_t uid)
+{
+	struct rlimit rl = { 2 << 20, 2 << 20 };
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		int kb;
+
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) || setgroups(0, NULL) ||
+		    setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
+			_exit(255);
+		kb = mr_work(NULL, 0);
+		_exit(kb < 0 ? 254 : kb / 256);
+	}
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+	    WEXITSTATUS(st) >= 254)
+		return -1;
+	return WEXITSTATUS(st) * 256;
+}
+
+/* The namespace used its creator's budget: the creator itself, in the
+ * initial namespace, pins nothing more; another user all of its own. */
+static void creator_held(int *kwt_fail, struct userns_job *j)
+{
+	int kb = mr_as(j->creator);
+
+	note("its creator (uid %d) meanwhile: %d KiB", (int)j->creator, kb);
+	EXPECT_EQ(kb, 0);
+	kb = mr_as(j->creator + 1);
+	note("another user (uid %d) meanwhile: %d KiB", (int)j->creator + 1,
+	     kb);
+	EXPECT_EQ(kb, 2048);
+}
+
 /*
- * RLIMIT_MEMLOCK bounds the account: the uids of a user namespace pin
- * against its creator's total. Charged per uid (2026-11-29, between
- * 5895076 and this test), four ns uids pinned four limits.
+ * RLIMIT_MEMLOCK bounds the account: the uids of a user namespace, and of
+ * one nested in it (ns uid 3 makes its own), pin against their creator's
+ * total, which the creator then cannot exceed either; other users keep
+ * theirs. Charged per uid (2026-11-29, between 5895076 and 31fad4e),
+ * four ns uids pinned four limits.
  */
 TEST(memlock_per_user_namespace_creator)
 {
 	struct userns_job j = { .creator = 12346, .base = 210000,
-				.memlock = 2 << 20, .work = mr_work };
-	int i, total = 0;
+				.memlock = 2 << 20, .work = mr_work,
+				.arg = (void *)1, .held = creator_held };
+	int total;
 
 	userns_run(kwt_fail, &j);
-	for (i = 0; i < 4; i++) {
-		note("ns uid %d (kuid %d): %d KiB of MRs", i, j.base + i,
-		     j.counts[i]);
-		total += j.counts[i] > 0 ? j.counts[i] : 0;
-	}
+	total = sum_counts(&j, "KiB of MRs");
+	EXPECT_GE(total, 1024);
+	EXPECT_LE(total, 2048);
+}
+
+static struct userns_job container_b;
+
+/* While container A holds its budget, container B gets all of its own. */
+static void other_container(int *kwt_fail, struct userns_job *j)
+{
+	int total;
+
+	(void)j;
+	userns_run(kwt_fail, &container_b);
+	total = sum_counts(&container_b, "KiB of MRs (container B)");
+	EXPECT_GE(total, 1024);
+	EXPECT_LE(total, 2048);
+}
+
+/*
+ * Namespaces that root makes (container runtimes) are accounts of their
+ * own, named by the kuid their uid 0 maps to: not root's, which one
+ * container could then use up for every other. (A first version of the
+ * accounts, 31fad4e, charged them all to uid 0; hostile review.)
+ */
+TEST(memlock_per_container)
+{
+	struct userns_job a = { .creator = 0, .base = 220000,
+				.memlock = 2 << 20, .work = mr_work,
+				.held = other_container };
+	int total;
+
+	container_b = (struct userns_job){ .creator = 0, .base = 230000,
+					   .memlock = 2 << 20,
+					   .work = mr_work };
+	userns_run(kwt_fail, &a);
+	total = sum_counts(&a, "KiB of MRs (container A)");
 	EXPECT_GE(total, 1024);
 	EXPECT_LE(total, 2048);
 }
