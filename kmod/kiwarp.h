@@ -127,9 +127,9 @@ struct kw_pd {
  * A charge of pages kiwarp holds for user space (pinned MR pages, ring and
  * extended-socket buffers) against RLIMIT_MEMLOCK. The limit is checked
  * against the total of the caller's account (kw_account_uid(): its uid,
- * or the creator of its user namespace), so neither fork, nor fds handed
- * on by processes that exited, nor the uids of a user namespace multiply
- * it; the pages also show in VmPin of the charging task's mm (pinned_vm).
+ * the creator of its user namespace, or the container root made it for),
+ * so neither fork, nor fds handed on by processes that exited, nor the
+ * uids of a user namespace multiply it; the pages also show in VmPin of the charging task's mm (pinned_vm).
  * With CAP_IPC_LOCK there is no limit and the account is not charged.
  */
 struct kw_memlock {

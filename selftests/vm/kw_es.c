@@ -1452,20 +1452,6 @@ static void *map_anon(size_t n)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-static long vm_pinned_kb(void)
-{
-	char line[128];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb;
-}
-
 /*
  * rsockets' riomap()/riowrite() between two extended sockets: the bytes
  * land in the mapped memory at their offsets (across two adjacent
@@ -1710,19 +1696,19 @@ TEST(iomap_pins_and_memlock)
 
 	ASSERT_TRUE(m != NULL);
 	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	ASSERT_GE(base, 0);
 	ASSERT_EQ(riomap_(s, m, n, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base + 1024);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 1024);
 	ASSERT_EQ(riounmap_(s, m, n), 0);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	ASSERT_EQ(riomap_(s, m, n, 0), 0);
 	ASSERT_EQ(riomap_(c, m, n, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base + 2048);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 2048);
 	close(c);
 	close(s);
 	/* the socket's own buffers too; the last unpin may be deferred */
-	for (i = 0; i < 50 && (kb = vm_pinned_kb()) > 0; i++)
+	for (i = 0; i < 50 && (kb = kw_vm_pin_kb()) > 0; i++)
 		usleep(20000);
 	EXPECT_EQ(kb, 0);
 
@@ -1733,14 +1719,14 @@ TEST(iomap_pins_and_memlock)
 	 * and no earlier test left anything on it (nobody's might).
 	 */
 	ASSERT_EQ(io_pair(&c, &s, 2, 2), 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	rl.rlim_cur = rl.rlim_max = 512 << 10;
 	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
 	ASSERT_EQ(setuid(60101), 0);
 	EXPECT_EQ(riomap_(s, m, n, 0), -ENOMEM);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	EXPECT_EQ(riomap_(s, m, 256 << 10, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base + 256);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 256);
 	close(c);
 	close(s);
 }
@@ -2038,9 +2024,9 @@ TEST(zerocopy_sends_from_a_registration)
 	fill(buf, n, 99);
 	fill(plain, 4096, 98);
 	ASSERT_EQ(es_pair(&c, &s), 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	ASSERT_EQ(mreg_opt(c, IWARP_MREG, buf, n, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base + 1024);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 1024);
 	ASSERT_EQ(zerocopy_on(c), 0);
 	/* nothing sent yet: an empty error queue */
 	EXPECT_EQ(recv(c, dst, 1, MSG_ERRQUEUE | MSG_DONTWAIT), -1);
@@ -2113,7 +2099,7 @@ TEST(zerocopy_sends_from_a_registration)
 
 	/* every send is notified: the registration goes, its pins too */
 	EXPECT_EQ(mreg_opt(c, IWARP_MDEREG, buf, n, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	ASSERT_EQ(info(c, &ic), 0);
 	EXPECT_EQ(ic.mreg_count, 0);
 	/* and a zero-copy send now copies */
@@ -2145,7 +2131,7 @@ TEST(zerocopy_registration_bad_arguments)
 	close(s);
 
 	ASSERT_EQ(es_pair(&c, &s), 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, 0, 0), -EINVAL);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, n, 1), -EINVAL);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, (void *)~0UL, n, 0), -EINVAL);
@@ -2157,18 +2143,18 @@ TEST(zerocopy_registration_bad_arguments)
 	EXPECT_EQ(errno, EINVAL);
 	EXPECT_EQ(setsockopt(c, SOL_IWARP, IWARP_MREG, &r, sizeof(r) - 1), -1);
 	EXPECT_EQ(errno, EINVAL);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	/* IWARP_MREG_MAX of them (the same pages), then ENOSPC */
 	for (i = 0; i < IWARP_MREG_MAX; i++)
 		ASSERT_EQ(mreg_opt(c, IWARP_MREG, m, 4096, 0), 0);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, 4096, 0), -ENOSPC);
-	EXPECT_EQ(vm_pinned_kb(), base + 4 * IWARP_MREG_MAX);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 4 * IWARP_MREG_MAX);
 	/* deregistration: exactly addr and len */
 	EXPECT_EQ(mreg_opt(c, IWARP_MDEREG, m, 4095, 0), -EINVAL);
 	EXPECT_EQ(mreg_opt(c, IWARP_MDEREG, m + 1, 4096, 0), -EINVAL);
 	EXPECT_EQ(mreg_opt(c, IWARP_MDEREG, m, 4096, 1), -EINVAL);
 	EXPECT_EQ(mreg_opt(c, IWARP_MDEREG, m, 4096, 0), 0);
-	EXPECT_EQ(vm_pinned_kb(), base + 4 * (IWARP_MREG_MAX - 1));
+	EXPECT_EQ(kw_vm_pin_kb(), base + 4 * (IWARP_MREG_MAX - 1));
 	/* a read-only mapping is a fine source */
 	{
 		void *ro = mmap(NULL, 4096, PROT_READ,
@@ -2179,19 +2165,19 @@ TEST(zerocopy_registration_bad_arguments)
 	}
 	close(c);
 	close(s);
-	for (i = 0; i < 50 && vm_pinned_kb() > 0; i++)
+	for (i = 0; i < 50 && kw_vm_pin_kb() > 0; i++)
 		usleep(20000);
-	EXPECT_EQ(vm_pinned_kb(), 0);
+	EXPECT_EQ(kw_vm_pin_kb(), 0);
 
 	/* as a user of our own, past the limit: ENOMEM, nothing charged
 	 * (the limit is that user's: root's buffers are not in it) */
 	ASSERT_EQ(es_pair(&c, &s), 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	rl.rlim_cur = rl.rlim_max = 32 << 10;
 	ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
 	ASSERT_EQ(setuid(60102), 0);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, n, 0), -ENOMEM);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	EXPECT_EQ(mreg_opt(c, IWARP_MREG, m, 32 << 10, 0), 0);
 	close(c);
 	close(s);
@@ -2350,7 +2336,7 @@ TEST(exs_api_on_an_iwarp_stream)
 	ASSERT_GE(exs_qfd(q), 0);
 	mh = exs_mregister(buf, n, 0);
 	ASSERT_GE(mh, 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 
 	/* nothing posted: nothing to dequeue, at once */
 	{
@@ -2364,7 +2350,7 @@ TEST(exs_api_on_an_iwarp_stream)
 		ASSERT_EQ(exs_send(c, buf + k * part, part, 0, mh, q,
 				   (void *)(uintptr_t)(k + 1)), 0);
 	/* IWARP_MREG'd at the first send: its pages are pinned once more */
-	EXPECT_EQ(vm_pinned_kb(), base + 1024);
+	EXPECT_EQ(kw_vm_pin_kb(), base + 1024);
 	p = (struct pollfd){ .fd = exs_qfd(q), .events = POLLIN };
 	EXPECT_EQ(poll(&p, 1, 10000), 1);
 	ASSERT_EQ(dequeue_all(q, ev, 5, 20000), 5);
@@ -2428,7 +2414,7 @@ TEST(exs_api_on_an_iwarp_stream)
 
 	/* done with it: the socket's registration goes with it */
 	EXPECT_EQ(exs_mderegister(mh), 0);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	ASSERT_EQ(info(c, &ic), 0);
 	EXPECT_EQ(ic.mreg_count, 0);
 	EXPECT_EQ(exs_qdelete(q), 0);
@@ -2469,7 +2455,7 @@ TEST(exs_api_zero_copy_receive)
 	ASSERT_EQ(exs_init(EXS_VERSION), 0);
 	q = exs_qcreate(4);
 	ASSERT_GE(q, 0);
-	base = vm_pinned_kb();
+	base = kw_vm_pin_kb();
 	mh = exs_mregister(rb, big, 0);
 	ASSERT_GE(mh, 0);
 	x.fd = c;
@@ -2517,7 +2503,7 @@ TEST(exs_api_zero_copy_receive)
 	EXPECT_LE(is.zc_rx_bytes, sz[0] + sz[1] + sz[3]);
 	/* the targets' registrations went as they filled */
 	EXPECT_EQ(exs_mderegister(mh), 0);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 
 	/* deleted under one the peer was given */
 	zc_min = is.zc_rx_bytes;
@@ -2551,7 +2537,7 @@ TEST(exs_api_zero_copy_receive)
 	}
 	pthread_join(x.t, NULL);	/* its stream was reset */
 	EXPECT_EQ(exs_mderegister(mh), 0);
-	EXPECT_EQ(vm_pinned_kb(), base);
+	EXPECT_EQ(kw_vm_pin_kb(), base);
 	close(c);
 	close(s);
 	free(src);

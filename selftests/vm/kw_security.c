@@ -144,28 +144,13 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 	}
 }
 
-static long vm_pin_kb(void)
-{
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /* Wait (up to 2 s) until VmPin is kb. */
 static long wait_pin_kb(long kb)
 {
 	double end = now() + 2;
 	long v;
 
-	while ((v = vm_pin_kb()) != kb && now() < end)
+	while ((v = kw_vm_pin_kb()) != kb && now() < end)
 		usleep(2000);
 	return v;
 }
@@ -955,9 +940,9 @@ static void rewind_one(int *kwt_fail, const struct rewind_case *c)
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_TRUE(buf != MAP_FAILED);
 	memset(buf, 1, 65536);
-	pin0 = vm_pin_kb();
+	pin0 = kw_vm_pin_kb();
 	ASSERT_EQ(kw_reg_mr(pd, buf, 65536, KIWARP_ACCESS_ALL, &mr), 0);
-	EXPECT_EQ(vm_pin_kb(), pin0 + 64);
+	EXPECT_EQ(kw_vm_pin_kb(), pin0 + 64);
 
 	/* honest WRs whose SGEs name the MR: each takes an MR reference */
 	for (i = 0; i < c->posts; i++) {
@@ -1010,7 +995,7 @@ static void rewind_one(int *kwt_fail, const struct rewind_case *c)
 	 * returned, so VmPin read at once still counted the MR (and a
 	 * REG_MR right after could be refused RLIMIT_MEMLOCK).
 	 */
-	EXPECT_EQ(vm_pin_kb(), pin0);
+	EXPECT_EQ(kw_vm_pin_kb(), pin0);
 	EXPECT_EQ(kw_destroy_qp(qp), 0);
 	EXPECT_EQ(kw_destroy_cq(cq), 0);
 	EXPECT_EQ(kw_dealloc_pd(pd), 0);
@@ -1590,7 +1575,7 @@ static void memlock_rings(int *kwt_fail, void *arg)
 	EXPECT_GE(n, 1);
 	EXPECT_LE(held, (size_t)8 << 20);
 	/* VmPin counts what the mappings hold */
-	EXPECT_GE(vm_pin_kb() * 1024L, (long)held);
+	EXPECT_GE(kw_vm_pin_kb() * 1024L, (long)held);
 	for (i = 0; i < n; i++)
 		munmap(maps[i], sizes[i]);
 	EXPECT_EQ(wait_pin_kb(0), 0);
@@ -1677,7 +1662,7 @@ static void memlock_dead_openers(int *kwt_fail, void *arg)
 	EXPECT_GE(n, 1);
 	EXPECT_LE(held, (size_t)rl.rlim_cur);
 	/* ... and charged to us */
-	EXPECT_GE(vm_pin_kb() * 1024L, (long)held);
+	EXPECT_GE(kw_vm_pin_kb() * 1024L, (long)held);
 	for (i = 0; i < 4; i++)
 		close(fds[i]);
 	EXPECT_EQ(wait_pin_kb(0), 0);
@@ -1766,7 +1751,7 @@ static void memlock_forks(int *kwt_fail, void *arg)
 	EXPECT_GE(held, (uint64_t)rl.rlim_cur / 2);
 	EXPECT_LE(held, (uint64_t)rl.rlim_cur);
 	/* the charge is the children's: nothing in our VmPin */
-	EXPECT_EQ(vm_pin_kb(), 0);
+	EXPECT_EQ(kw_vm_pin_kb(), 0);
 
 	/* close gives it all back: one MR of 3/4 of the limit pins again */
 	close(fd);
@@ -1792,7 +1777,7 @@ static void memlock_forks(int *kwt_fail, void *arg)
 			usleep(2000);
 		EXPECT_EQ(ret, 0);
 	}
-	EXPECT_EQ(vm_pin_kb(), 1536);
+	EXPECT_EQ(kw_vm_pin_kb(), 1536);
 	close(fd);
 	EXPECT_EQ(wait_pin_kb(0), 0);
 	munmap(m, 1536 << 10);
@@ -2982,11 +2967,11 @@ TEST(foreign_stag_as_lkey_holds_nothing)
 
 	memset(&victim, 0, sizeof(victim));
 	memset(&thief, 0, sizeof(thief));
-	base = vm_pin_kb();
+	base = kw_vm_pin_kb();
 	ASSERT_EQ(end_init(&victim, 16), 0);
-	pv = vm_pin_kb() - base;
+	pv = kw_vm_pin_kb() - base;
 	ASSERT_EQ(end_init(&thief, 16), 0);
-	both = vm_pin_kb();
+	both = kw_vm_pin_kb();
 	/* the thief's QP is never connected: its first WR waits forever */
 	own = (struct kiwarp_sge){ .addr = (uintptr_t)thief.buf, .length = 64,
 				   .lkey = thief.mr->stag };

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /*
  * Helpers the in-VM test programs share (kw_rdma, kw_hostile, kw_security,
- * kw_peerfuzz, kw_faults): time, /proc/meminfo, progress lines, loopback
- * TCP pairs and whole-buffer socket I/O. All static inline: each program uses a subset.
+ * kw_peerfuzz, kw_faults, kw_es, kw_esfuzz): time, /proc/meminfo, VmPin,
+ * progress lines, loopback TCP pairs and whole-buffer socket I/O. All static inline: each program uses a subset.
  */
 #ifndef KW_VMTEST_H
 #define KW_VMTEST_H
@@ -81,6 +81,23 @@ static inline int kw_ooo_aligned_param(void)
 		fclose(f);
 	}
 	return c == 'Y' ? 1 : c == 'N' ? 0 : -1;
+}
+
+/* This process's pinned memory (VmPin in /proc/self/status), KiB; -1 if
+ * unreadable. */
+static inline long kw_vm_pin_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
 }
 
 #ifdef _GNU_SOURCE

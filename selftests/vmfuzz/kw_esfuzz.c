@@ -61,12 +61,8 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY	60
-#endif
-#ifndef MSG_ZEROCOPY
-#define MSG_ZEROCOPY	0x4000000
-#endif
+#include "../vm/kw_vmtest.h"
+
 #ifndef TCP_ULP
 #define TCP_ULP		31
 #endif
@@ -115,14 +111,6 @@ struct th {
 	uint8_t *cbuf, *crbuf;
 };
 static struct th ths[MAX_THREADS];
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void say(const char *fmt, ...)
 {
@@ -246,6 +234,16 @@ static void check(struct th *t, const char *call, long ret, long max)
 	}
 }
 
+/* check() a SOL_IWARP option's result (get: 0 set, 1 get); count it if
+ * it succeeded */
+static void iw_check(struct th *t, int get, int opt, const char *call,
+		     long ret)
+{
+	check(t, call, ret, 0);
+	if (ret >= 0)
+		atomic_fetch_add(&iw_ok[get][opt], 1);
+}
+
 /* ----------------------------------------------------------- sockets */
 
 static void set_timeouts(int fd, long ms)
@@ -267,8 +265,9 @@ static int set_mode(int fd, int mode)
 	       -errno : 0;
 }
 
-/* a connected pair over loopback; the listener wears the ULP if lulp */
-static int tcp_pair(int v6, int lulp, int *a, int *b)
+/* a connected pair over loopback; the listener wears the ULP if lulp
+ * (between listen and connect: kw_vmtest.h's tcp_pair_opt has no room) */
+static int es_tcp_pair(int v6, int lulp, int *a, int *b)
 {
 	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
 	struct sockaddr_in s4 = { .sin_family = AF_INET };
@@ -346,6 +345,20 @@ static uint8_t *region(struct th *t, size_t *len)
 	return bufs[below(t, NBUF)] + off;
 }
 
+/* A region of a buffer, registered on fd (IWARP_MREG) as *mr. */
+static uint8_t *mreg_region(struct th *t, int fd, struct iwarp_mreg *mr,
+			    size_t *len)
+{
+	uint8_t *r = region(t, len);
+
+	memset(mr, 0, sizeof(*mr));
+	mr->addr = (uintptr_t)r;
+	mr->len = *len;
+	iw_check(t, 0, IWARP_MREG, "IWARP_MREG",
+		 setsockopt(fd, SOL_IWARP, IWARP_MREG, mr, sizeof(*mr)));
+	return r;
+}
+
 /*
  * On a pair both ends of which just switched: the extensions used as a
  * program would (one-sided writes and reads into a mapping the peer made,
@@ -379,9 +392,7 @@ static void scenario(struct th *t, int a, int b)
 		io.offset = below(t, 4) << 20;
 		io.prot = PROT_READ | PROT_WRITE;
 		ret = setsockopt(b, SOL_IWARP, IWARP_IOMAP, &io, sizeof(io));
-		check(t, "IWARP_IOMAP", ret, 0);
-		if (ret >= 0)
-			atomic_fetch_add(&iw_ok[0][IWARP_IOMAP], 1);
+		iw_check(t, 0, IWARP_IOMAP, "IWARP_IOMAP", ret);
 		/* a learns of it with b's next call, or at once */
 		(void)!recv(b, bufs[0], 1, MSG_DONTWAIT | MSG_PEEK);
 		(void)!recv(a, bufs[0], 1, MSG_DONTWAIT | MSG_PEEK);
@@ -404,9 +415,7 @@ static void scenario(struct th *t, int a, int b)
 			socklen_t len = sizeof(rd);
 
 			ret = getsockopt(a, SOL_IWARP, IWARP_IOREAD, &rd, &len);
-			check(t, "IWARP_IOREAD", ret, 0);
-			if (ret >= 0)
-				atomic_fetch_add(&iw_ok[1][IWARP_IOREAD], 1);
+			iw_check(t, 1, IWARP_IOREAD, "IWARP_IOREAD", ret);
 			if (!ret && rd.done > rd.len)
 				finding(t, "IWARP_IOREAD read %llu of %llu",
 					(unsigned long long)rd.done,
@@ -416,9 +425,7 @@ static void scenario(struct th *t, int a, int b)
 			io.offset = io.prot = 0;
 			ret = setsockopt(b, SOL_IWARP, IWARP_IOUNMAP, &io,
 					 sizeof(io));
-			check(t, "IWARP_IOUNMAP", ret, 0);
-		if (ret >= 0)
-			atomic_fetch_add(&iw_ok[0][IWARP_IOUNMAP], 1);
+			iw_check(t, 0, IWARP_IOUNMAP, "IWARP_IOUNMAP", ret);
 		}
 	}
 	if (chance(t, 60)) {
@@ -427,12 +434,8 @@ static void scenario(struct th *t, int a, int b)
 		char cbuf[256] __attribute__((aligned(8)));
 		size_t n;
 
-		r = region(t, &l);
-		mr.addr = (uintptr_t)r;
-		mr.len = l;
 		setsockopt(a, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one));
-		ret = setsockopt(a, SOL_IWARP, IWARP_MREG, &mr, sizeof(mr));
-		check(t, "IWARP_MREG", ret, 0);
+		r = mreg_region(t, a, &mr, &l);
 		n = 1 + below(t, 8);
 		while (n--) {
 			size_t o = below(t, l), len = 1 + below(t, l - o);
@@ -449,9 +452,7 @@ static void scenario(struct th *t, int a, int b)
 		if (chance(t, 50)) {
 			ret = setsockopt(a, SOL_IWARP, IWARP_MDEREG, &mr,
 					 sizeof(mr));
-			check(t, "IWARP_MDEREG", ret, 0);
-		if (ret >= 0)
-			atomic_fetch_add(&iw_ok[0][IWARP_MDEREG], 1);
+			iw_check(t, 0, IWARP_MDEREG, "IWARP_MDEREG", ret);
 		}
 	}
 	if (chance(t, 60)) {
@@ -461,18 +462,12 @@ static void scenario(struct th *t, int a, int b)
 		socklen_t len = sizeof(zc);
 		size_t n;
 
-		r = region(t, &l);
-		mr.addr = (uintptr_t)r;
-		mr.len = l;
-		ret = setsockopt(b, SOL_IWARP, IWARP_MREG, &mr, sizeof(mr));
-		check(t, "IWARP_MREG", ret, 0);
+		r = mreg_region(t, b, &mr, &l);
 		zc.len = 1 + below(t, l);
 		zc.addr = (uintptr_t)r + below(t, l - zc.len + 1);
 		zc.id = rnd(t);
 		ret = getsockopt(b, SOL_IWARP, IWARP_RECV_ZC, &zc, &len);
-		check(t, "IWARP_RECV_ZC", ret, 0);
-		if (ret >= 0)
-			atomic_fetch_add(&iw_ok[1][IWARP_RECV_ZC], 1);
+		iw_check(t, 1, IWARP_RECV_ZC, "IWARP_RECV_ZC", ret);
 		n = rlen(t, zc.len + 1000);
 		ret = send(a, rptr(t, n), n, MSG_DONTWAIT | MSG_NOSIGNAL);
 		check(t, "send", ret, n);
@@ -491,9 +486,7 @@ static void scenario(struct th *t, int a, int b)
 		(void)!recv(b, rptr(t, 65536), 65536, MSG_DONTWAIT);
 		len = sizeof(d);
 		ret = getsockopt(b, SOL_IWARP, IWARP_RECV_ZC_DONE, &d, &len);
-		check(t, "IWARP_RECV_ZC_DONE", ret, 0);
-		if (ret >= 0)
-			atomic_fetch_add(&iw_ok[1][IWARP_RECV_ZC_DONE], 1);
+		iw_check(t, 1, IWARP_RECV_ZC_DONE, "IWARP_RECV_ZC_DONE", ret);
 	}
 }
 
@@ -508,7 +501,7 @@ static void op_pair(struct th *t)
 	int scen = how < 5 && chance(t, 60);
 	int ma = IWARP_MODE_ACTIVE, mb = IWARP_MODE_PASSIVE;
 
-	if (tcp_pair(chance(t, 30), lulp, &a, &b))
+	if (es_tcp_pair(chance(t, 30), lulp, &a, &b))
 		return;
 	set_timeouts(a, 300);
 	set_timeouts(b, 300);
@@ -746,9 +739,7 @@ static void op_iwarp_set(struct th *t)
 						 * peer that never switches */
 	ret = setsockopt(fd, SOL_IWARP, opt, chance(t, 3) ? rptr(t, len) : &u,
 			 len);
-	check(t, "setsockopt(SOL_IWARP)", ret, 0);
-	if (!ret)
-		atomic_fetch_add(&iw_ok[0][opt], 1);
+	iw_check(t, 0, opt, "setsockopt(SOL_IWARP)", ret);
 }
 
 static void op_iwarp_get(struct th *t)
@@ -804,9 +795,7 @@ static void op_iwarp_get(struct th *t)
 		len = below(t, sizeof(u) + 1);
 	ret = getsockopt(fd, SOL_IWARP, opt, chance(t, 3) ? rptr(t, len) : &u,
 			 chance(t, 2) ? rptr(t, 4) : &len);
-	check(t, "getsockopt(SOL_IWARP)", ret, 0);
-	if (!ret)
-		atomic_fetch_add(&iw_ok[1][opt], 1);
+	iw_check(t, 1, opt, "getsockopt(SOL_IWARP)", ret);
 	if (!ret && len > sizeof(u))
 		finding(t, "getsockopt(SOL_IWARP, %d) says %u bytes", opt,
 			(unsigned int)len);
@@ -1101,7 +1090,7 @@ static int canary_open(struct th *t)
 	pthread_t pt;
 	int r;
 
-	if (tcp_pair(0, 0, &t->ca, &t->cb))
+	if (es_tcp_pair(0, 0, &t->ca, &t->cb))
 		return -1;
 	set_timeouts(t->ca, 15000);
 	set_timeouts(t->cb, 15000);
@@ -1254,21 +1243,6 @@ static void *watchdog(void *arg)
 	return NULL;
 }
 
-static long vm_pin_kb(void)
-{
-	char line[256];
-	long kb = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /* the system's pinned pages: nr_foll_pin_acquired - released */
 static long sys_pins(void)
 {
@@ -1413,7 +1387,7 @@ int main(int argc, char **argv)
 	/* the closes were watched; the settling is bounded below */
 	atomic_store(&ths[0].op_start, 0.0);
 	for (i = 0; i < 2400; i++) {
-		pin_kb = vm_pin_kb();
+		pin_kb = kw_vm_pin_kb();
 		after_pins = sys_pins();
 		/* (an earlier test's pins may go meanwhile: not above) */
 		if (pin_kb == 0 && after_pins <= base_pins)
