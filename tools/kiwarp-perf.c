@@ -92,6 +92,7 @@ struct opts {
 	int crc, p2p, quiet, verify, json, markers;
 	int mpa_rev;
 	long copy_max;		/* --copy-max; -1: the kernel's default */
+	long spin;		/* --spin; -1 (default): the bw client never sleeps */
 };
 
 struct ctx {
@@ -174,6 +175,8 @@ static void usage(void)
 "  --json        one JSON object per size on stdout\n"
 "  --copy-max N  this side's QP copies Sends/Writes of up to N bytes and\n"
 "                completes them when TCP has them (default: the kernel's)\n"
+"  --spin N      bw client: after N empty polls with nothing to post, sleep\n"
+"                until a completion (kw_wait_cq); -1 (default): never sleep\n"
 "  -q            quiet: results only\n", DEFAULT_PORT);
 	exit(2);
 }
@@ -576,6 +579,26 @@ static void print_lat(struct ctx *c, uint32_t size, double *t, uint32_t n,
 /* ------------------------------------------------------------------ */
 /* Client side of one size                                            */
 
+/*
+ * --spin: nothing to post and nothing completed for a while, so sleep
+ * until a completion, as a blocking send() waits for room. A Send client
+ * waits for credits on the receive CQ too: the events of both CQs wake
+ * the device fd, and the short timeout bounds a wait on the wrong one.
+ */
+static void bw_sleep(struct ctx *c)
+{
+	int ret;
+
+	if (c->o.test == T_SEND) {
+		ret = kw_req_notify_cq(c->rcq, 0);
+		if (ret)
+			fail_errno(ret, "kw_req_notify_cq");
+	}
+	ret = kw_wait_cq(c->scq, c->o.test == T_SEND ? 1 : 100);
+	if (ret < 0 && ret != -EINTR)
+		fail_errno(ret, "kw_wait_cq");
+}
+
 static void client_bw(struct ctx *c, uint32_t size)
 {
 	struct kw_send_wr wr[16];
@@ -584,7 +607,7 @@ static void client_bw(struct ctx *c, uint32_t size)
 	struct cpu_busy cb0, cb1;
 	uint32_t iters = c->o.iters, window = c->o.window;
 	uint64_t posted = 0, done = 0;
-	double t0, t1, last = 0;
+	double t0, t1, last = 0, slept = 0;
 	unsigned idle = 0;	/* spins without progress: see wait_cqe() */
 	int verified = 0, n, ns, nr, ret;
 
@@ -641,7 +664,15 @@ static void client_bw(struct ctx *c, uint32_t size)
 		}
 		if (ns > 0 || nr > 0 || k) {
 			idle = 0;
-		} else if (++idle == 4096) {
+			slept = 0;
+		} else if (c->o.spin >= 0 && ++idle > (unsigned)c->o.spin) {
+			if (!slept)
+				slept = now_us();
+			else if (now_us() - slept > IDLE_TIMEOUT_MS * 1e3)
+				die(1, "timeout: %llu of %u operations completed",
+				    (unsigned long long)done, iters);
+			bw_sleep(c);
+		} else if (c->o.spin < 0 && ++idle == 4096) {
 			last = now_us();	/* idle since about now */
 		} else if (idle % 4096 == 0 &&
 			   now_us() - last > IDLE_TIMEOUT_MS * 1e3) {
@@ -1217,6 +1248,7 @@ int main(int argc, char **argv)
 		{ "verify", no_argument, NULL, 'V' },
 		{ "json", no_argument, NULL, 'J' },
 		{ "copy-max", required_argument, NULL, 'X' },
+		{ "spin", required_argument, NULL, 'Y' },
 		{ "markers", no_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -1232,6 +1264,7 @@ int main(int argc, char **argv)
 	c.o.window = 64;
 	c.o.mpa_rev = 2;
 	c.o.copy_max = -1;
+	c.o.spin = -1;
 	while ((opt = getopt_long(argc, argv, "sc:p:t:m:S:an:w:Cr:qh", lopts,
 				  NULL)) != -1) {
 		switch (opt) {
@@ -1284,6 +1317,12 @@ int main(int argc, char **argv)
 			c.o.copy_max = parse_size(optarg, UINT32_MAX);
 			if (!c.o.copy_max && strcmp(optarg, "0"))
 				usage();
+			break;
+		case 'Y':
+			v = strtol(optarg, NULL, 10);
+			if (v < -1 || v > 100000000)
+				usage();
+			c.o.spin = v;
 			break;
 		case 'q': c.o.quiet = 1; break;
 		default: usage();
