@@ -76,6 +76,8 @@
 #define KW_RTR_STAG	1	/* what siw and hardware RNICs put in an RTR */
 
 static void tx_zc_end(struct kw_qp *qp);
+static void tx_pool_free(struct kw_qp *qp);
+static struct mem_cgroup *tx_charge_to(const struct sock *sk);
 
 /* how long a QP copies after the stack copied its pages: txzc_complete() */
 #define KW_TX_HOLD_MIN	HZ
@@ -536,6 +538,7 @@ void kw_tx_release(struct kw_qp *qp)
 		page_frag_free(qp->tx_chunk);
 	qp->tx_chunk = NULL;
 	qp->tx_chunk_len = 0;
+	tx_pool_free(qp);
 	kw_page_frag_cache_drain(&qp->tx_frag_cache);
 	tx_drop_refs(qp);
 	qp->tx_active = false;
@@ -651,7 +654,8 @@ static int tx_next_fpdu(struct kw_qp *qp)
  */
 static bool tx_msg_copied(const struct kw_qp *qp)
 {
-	return qp->tx_copy && !qp->tx_byref && !qp->mpa.markers_tx;
+	return qp->tx_copy && !qp->tx_byref && !qp->tx_stream &&
+	       !qp->mpa.markers_tx;
 }
 
 /*
@@ -776,6 +780,104 @@ static void tx_stream_bvec(struct kw_qp *qp, u8 *p)
 }
 
 /*
+ * Stream pages. Every page of the stream is written once and then only
+ * read, by TCP and whoever gets the skbs (a receiver on this host keeps
+ * them until it is done with them). A fresh page costs a pass over it
+ * besides the copy: Debian's kernels zero every page they allocate
+ * (init_on_alloc), and TCP's own copies pay that too. So the QP keeps up to
+ * KW_TX_POOL_PAGES of its stream pages, with a reference of its own, and
+ * writes one again once that reference is the only one left: no skb, no
+ * clone, no receiver holds it, and none can take a new one, since only a
+ * holder can (these pages are never mapped or in any cache). The oldest
+ * is tried first: pages go out in that order and TCP frees them in order
+ * of acknowledgement. When it is still held and the pool is full, the
+ * page comes from the page_frag cache as before. All QPs together keep
+ * at most kw_tx_pool_max pages (1/64 of memory); a QP's go with it.
+ */
+#define KW_TX_POOL_PAGES	256
+static atomic_long_t kw_tx_pool_pages = ATOMIC_LONG_INIT(0);
+
+static unsigned long kw_tx_pool_max(void)
+{
+	return totalram_pages() / 64;
+}
+
+static u8 *tx_pool_reuse(struct kw_qp *qp)
+{
+	struct page *pg;
+
+	if (!qp->tx_pool_n)
+		return NULL;
+	pg = qp->tx_pool[qp->tx_pool_next];
+	if (page_ref_count(pg) != 1)
+		return NULL;
+	/* the last holder's reads of the page come before our writes */
+	smp_acquire__after_ctrl_dep();
+	qp->tx_pool_next = (qp->tx_pool_next + 1) % qp->tx_pool_n;
+	get_page(pg);		/* the stream's reference: tx_frags, tx_chunk */
+	return page_address(pg);
+}
+
+static u8 *tx_pool_add(struct kw_qp *qp)
+{
+	struct mem_cgroup *old;
+	struct page *pg;
+
+	if (qp->tx_pool_n >= KW_TX_POOL_PAGES)
+		return NULL;
+	if (!qp->tx_pool) {
+		qp->tx_pool = kcalloc(KW_TX_POOL_PAGES, sizeof(*qp->tx_pool),
+				      GFP_KERNEL_ACCOUNT);
+		if (!qp->tx_pool)
+			return NULL;
+	}
+	if (atomic_long_inc_return(&kw_tx_pool_pages) > kw_tx_pool_max())
+		goto full;
+	/* kept while the QP lives: the socket's cgroup pays, also when a
+	 * worker allocates */
+	old = tx_charge_to(qp->sock->sk);
+	pg = alloc_page(GFP_KERNEL_ACCOUNT);
+	set_active_memcg(old);
+	if (!pg)
+		goto full;
+	qp->tx_pool[qp->tx_pool_n++] = pg;	/* the pool's reference */
+	get_page(pg);				/* the stream's */
+	return page_address(pg);
+full:
+	atomic_long_dec(&kw_tx_pool_pages);
+	return NULL;
+}
+
+/* The pool's references go; the pages go when no skb holds them. */
+static void tx_pool_free(struct kw_qp *qp)
+{
+	u32 i;
+
+	for (i = 0; i < qp->tx_pool_n; i++)
+		put_page(qp->tx_pool[i]);
+	atomic_long_sub(qp->tx_pool_n, &kw_tx_pool_pages);
+	kfree(qp->tx_pool);
+	qp->tx_pool = NULL;
+	qp->tx_pool_n = 0;
+	qp->tx_pool_next = 0;
+}
+
+/* A page for the stream, with a reference for it. */
+static u8 *tx_stream_page(struct kw_qp *qp)
+{
+	u8 *p;
+
+	lockdep_assert_held(&qp->tx_mutex);
+	p = tx_pool_reuse(qp);
+	if (!p)
+		p = tx_pool_add(qp);
+	if (!p)
+		p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE,
+				    GFP_KERNEL_ACCOUNT);
+	return p;
+}
+
+/*
  * Room for the next bytes of the stream. The page being filled (tx_chunk,
  * with our reference) carries over from batch to batch and message to
  * message, as TCP's own page_frag does: TCP charges a socket for the bytes
@@ -800,7 +902,7 @@ static int tx_stream_room(struct kw_qp *qp, u8 **dst, u32 *room)
 	if (WARN_ON_ONCE(qp->tx_nfrags >= ARRAY_SIZE(qp->tx_frags) ||
 			 qp->tx_nbv >= qp->tx_bvec_max))
 		return -EIO;
-	p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE, GFP_KERNEL_ACCOUNT);
+	p = tx_stream_page(qp);
 	if (!p)
 		return -ENOMEM;
 	if (qp->tx_chunk)	/* full: ours until this batch is in TCP */
@@ -1023,12 +1125,13 @@ static int tx_fill(struct kw_qp *qp)
 		     ARRAY_SIZE(qp->tx_frags));
 	tx_batch_reset(qp);
 	qp->tx_batch_mpos = qp->tx_mpos;
-	if (qp->tx_kind == KW_TXK_READ_RESP || qp->mpa.markers_tx) {
+	if (qp->tx_kind == KW_TXK_READ_RESP || qp->mpa.markers_tx ||
+	    qp->tx_stream) {
 		/*
 		 * tx_pick() cut a Read Response's FPDUs so that one fits
-		 * KW_TX_RESP_BATCH; with markers any other's first FPDU is
-		 * at most MULPDU (a batch of up to 17 pages: tx_frags and
-		 * the bvec go_rts() sized have room).
+		 * KW_TX_RESP_BATCH; any other's first FPDU is at most
+		 * MULPDU (a batch of up to 17 pages: tx_frags and the bvec
+		 * go_rts() sized have room).
 		 */
 		do {
 			ret = tx_stream_fpdu(qp);
@@ -1257,6 +1360,7 @@ static void msg_init(struct kw_qp *qp, u8 opcode, u32 len)
 {
 	qp->tx_copy = false;
 	qp->tx_byref = false;
+	qp->tx_stream = false;
 	memset(&qp->tx_msg, 0, sizeof(qp->tx_msg));
 	qp->tx_msg.opcode = opcode;
 	qp->tx_msg.crc = qp->mpa.crc;
@@ -1315,6 +1419,9 @@ static struct sock *tx_peer_lookup(struct sock *sk)
 	}
 	return p;
 }
+
+/* copied SQ messages from this size on go through the stream pages */
+#define KW_TX_STREAM_MIN	8192
 
 /* FPDUs smaller than this make skbs of a few KB by reference: copy them */
 #define KW_TX_LOCAL_MULPDU	4096
@@ -1528,6 +1635,13 @@ static void tx_sq_data(struct kw_qp *qp, struct kw_wr *wr, u32 idx)
 	}
 	if (big)
 		qp->tx_local_last = wr->await_read;
+	/*
+	 * A copied message of some size is copied by us, whole FPDUs into
+	 * stream pages (tx_stream_fpdu()) that TCP takes by reference, not
+	 * by TCP into pages of its own: ours are reused (the pool above).
+	 */
+	qp->tx_stream = qp->tx_copy && !qp->tx_byref &&
+			!qp->mpa.markers_tx && wr->len >= KW_TX_STREAM_MIN;
 	wr->await_ack = !qp->tx_copy;
 	wr->held = !qp->tx_copy && !qp->tx_byref;	/* tx_zc */
 	/*

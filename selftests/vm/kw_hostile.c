@@ -1087,6 +1087,8 @@ TEST(dereg_revokes_queued_read_responses_markers)
 
 /* What the peer receives of an RDMA Write: checked byte by byte. */
 static uint64_t zc_lo, zc_hi;	/* payload range rewritten after posting */
+static uint64_t zc_period;	/* or, if not 0: every other zc_period bytes,
+				 * from zc_period on */
 
 static int zc_lookup(void *ctx, u32 stag, u8 op, struct kw_mr_view *v)
 {
@@ -1109,7 +1111,8 @@ static void zc_place(void *ctx, void *cookie, u64 off, const void *src,
 	(void)cookie;
 	for (i = 0; i < len; i++) {
 		uint64_t o = off + i;
-		bool rewritten = o >= zc_lo && o < zc_hi;
+		bool rewritten = zc_period ? (o / zc_period) & 1 :
+				 o >= zc_lo && o < zc_hi;
 
 		if (o >= ZC_LEN)
 			s->out_of_range++;
@@ -1404,6 +1407,80 @@ TEST(zero_copy_data_does_not_outlive_its_qp)
 	zc_read_after_rewrite(&k, buf, kwt_fail);
 	kend_fini(&k);
 	munmap(buf, ZC_LEN);
+}
+
+/*
+ * Copied messages of 8 KiB or more are copied by kiwarp into stream pages
+ * that TCP takes by reference, and a page is written again only once no
+ * skb holds it (tx.c, "Stream pages"). A peer on the same host that
+ * reads nothing keeps every skb, and so every page: messages posted after
+ * the first ones completed (copied: complete once TCP has them) must go in
+ * other pages. The application alternates what its buffer holds (message
+ * k at offset k * LEN: as posted for even k, rewritten for odd k), and
+ * the peer, reading at last, must get every message as it was posted.
+ */
+TEST(stream_pages_not_reused_while_an_unread_local_peer_holds_them)
+{
+	enum { LEN = 12 << 10, N = 16 };
+	static struct kend k;
+	static struct rv_sink s;
+	static struct kw_rx rx;
+	struct kiwarp_cqe cqe;
+	struct kw_mr *mr;
+	uint8_t *buf;
+	uint64_t j;
+	int i, inq = 0, outq = 0, n;
+	double end;
+
+	memset(&k, 0, sizeof(k));
+	memset(&s, 0, sizeof(s));
+	ASSERT_EQ(kend_init(&k), 0);	/* copy_max 16 KiB: LEN is copied */
+	ASSERT_EQ(raw_connect(&k), 0);
+	ASSERT_EQ(rp_send_rtr(&(struct rp){ k.raw, k.crc }, KW_OP_WRITE), 0);
+	buf = mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	ASSERT_EQ(kw_reg_mr(k.pd, buf, LEN, KIWARP_ACCESS_LOCAL_WRITE, &mr), 0);
+	for (i = 0; i < N; i++) {
+		uint64_t base = (uint64_t)i * LEN;
+		struct kiwarp_sge sge = { .addr = (uintptr_t)buf,
+					  .length = LEN, .lkey = mr->stag };
+		struct kw_send_wr wr = {
+			.wr_id = i, .opcode = KIWARP_WR_RDMA_WRITE,
+			.flags = KW_SEND_SIGNALED, .num_sge = 1,
+			.sg_list = &sge, .remote_addr = base, .rkey = ZC_STAG,
+		};
+
+		for (j = 0; j < LEN; j++)
+			buf[j] = i & 1 ? rv_new(base + j) : rv_old(base + j);
+		ASSERT_EQ(kw_post_send(k.qp, &wr, 1), 1);
+		end = now() + 20;
+		while ((n = kw_poll_cq(k.cq, 1, &cqe)) == 0 && now() < end)
+			usleep(1000);
+		ASSERT_EQ(n, 1);
+		EXPECT_EQ(cqe.wr_id, (uint64_t)i);
+		EXPECT_EQ(cqe.status, KIWARP_WC_SUCCESS);
+	}
+	ASSERT_EQ(ioctl(k.raw, FIONREAD, &inq), 0);
+	ASSERT_EQ(ioctl(k.sock, SIOCOUTQ, &outq), 0);
+	printf("# %d messages completed: %d B unread at the peer, %d B in kiwarp's send queue\n",
+	       N, inq, outq);
+	EXPECT_GT(inq + outq, N * LEN);	/* all of it, not read yet */
+	memset(buf, 0, LEN);		/* and the buffer is reused again */
+	zc_period = LEN;
+	kw_rx_init(&rx, &zc_ops, &s, false, 0);
+	rv_read(&k, &rx, &s, (uint64_t)N * LEN, 30);
+	zc_period = 0;
+	printf("# peer got %llu B: %llu as posted, %llu not\n",
+	       (unsigned long long)s.placed, (unsigned long long)s.old_bytes,
+	       (unsigned long long)s.new_bytes);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	EXPECT_EQ(s.placed, (uint64_t)N * LEN);
+	EXPECT_EQ(s.old_bytes, (uint64_t)N * LEN);
+	EXPECT_EQ(s.new_bytes, 0);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&k);
+	munmap(buf, LEN);
 }
 
 /*
