@@ -296,13 +296,14 @@ struct kw_qp {
 	u32 tx_nfrags;
 	u8 *tx_chunk;		/* stream page being filled, our ref */
 	u32 tx_chunk_len;	/* bytes of it used, across batches (tx.c) */
+	u32 tx_chunk_size;	/* its size: a pool chunk or a page */
 	bool tx_chunk_bv;	/* the batch's last tx_bvec entry is in it */
 	/*
-	 * Pages of the stream (tx_stream_room()) kept for reuse once no skb
+	 * Chunks of the stream (tx_stream_room()) kept for reuse once no skb
 	 * holds them any more: a fresh page costs a pass zeroing it
 	 * (init_on_alloc) besides the copy. tx_mutex; tx.c, "Stream pages".
 	 */
-	struct page **tx_pool;	/* KW_TX_POOL_PAGES slots, or NULL */
+	struct page **tx_pool;	/* KW_TX_POOL slots, or NULL */
 	u32 tx_pool_n;		/* slots in use, each with our reference */
 	u32 tx_pool_next;	/* the oldest: the next one tried for reuse */
 	bool tx_stream;		/* SQ message copied whole into the stream */

@@ -19,10 +19,12 @@
  *    socket lock, MSG_SENDPAGE_NOTLAST on all but the last.
  *
  * Either way, Read Response payload is copied (tx_stream_fpdu()): its FPDUs
- * are built whole, as one byte stream, in pages of the same page_frag
- * cache, at most KW_TX_RESP_BATCH bytes at a time, and TCP takes those pages
- * by reference like any other: one copy, and a few page-sized fragments
- * per batch instead of two or three per FPDU.
+ * are built whole, as one byte stream, in stream pages of the QP (see
+ * "Stream pages": reused once no skb holds them), at most KW_TX_RESP_BATCH
+ * bytes at a time, and TCP takes those pages by reference like any other:
+ * one copy, and a few page-sized fragments per batch instead of two or
+ * three per FPDU. So is a copied SQ message of KW_TX_STREAM_MIN bytes or
+ * more (tx_sq_data()); a smaller one TCP copies as it takes the batch.
  *
  * All socket calls are non-blocking: on -EAGAIN we keep the batch and how
  * many of its bytes TCP accepted, and sk_write_space requeues the work.
@@ -538,6 +540,7 @@ void kw_tx_release(struct kw_qp *qp)
 		page_frag_free(qp->tx_chunk);
 	qp->tx_chunk = NULL;
 	qp->tx_chunk_len = 0;
+	qp->tx_chunk_size = 0;
 	tx_pool_free(qp);
 	kw_page_frag_cache_drain(&qp->tx_frag_cache);
 	tx_drop_refs(qp);
@@ -785,16 +788,23 @@ static void tx_stream_bvec(struct kw_qp *qp, u8 *p)
  * them until it is done with them). A fresh page costs a pass over it
  * besides the copy: Debian's kernels zero every page they allocate
  * (init_on_alloc), and TCP's own copies pay that too. So the QP keeps up to
- * KW_TX_POOL_PAGES of its stream pages, with a reference of its own, and
- * writes one again once that reference is the only one left: no skb, no
- * clone, no receiver holds it, and none can take a new one, since only a
- * holder can (these pages are never mapped or in any cache). The oldest
- * is tried first: pages go out in that order and TCP frees them in order
- * of acknowledgement. When it is still held and the pool is full, the
- * page comes from the page_frag cache as before. All QPs together keep
- * at most kw_tx_pool_max pages (1/64 of memory); a QP's go with it.
+ * KW_TX_POOL chunks of its stream, each KW_TX_POOL_ORDER pages with a
+ * reference of its own, and writes one again once that reference is the
+ * only one left: no skb, no clone, no receiver, no pipe holds it, and none
+ * can take a new one, since only a holder can. Compound, so that a local
+ * receiver cannot map them into its address space (TCP_ZEROCOPY_RECEIVE
+ * takes order-0 pages only), where they would outlive the skb and the QP.
+ * The oldest is tried first: chunks go out in that order and TCP frees
+ * them in order of acknowledgement; one still held is passed over, so that
+ * a chunk some holder keeps does not stop reuse for good, and the chunk
+ * is a new one, or from the page_frag cache as before once the pool is
+ * full. All
+ * QPs together keep at most kw_tx_pool_max() pages (1/64 of memory),
+ * charged to the socket's memory cgroup; a QP's go with it (a chunk still
+ * held when the last holder lets it go).
  */
-#define KW_TX_POOL_PAGES	256
+#define KW_TX_POOL_ORDER	1
+#define KW_TX_POOL		128	/* chunks per QP: 1 MiB with 4 KiB pages */
 static atomic_long_t kw_tx_pool_pages = ATOMIC_LONG_INIT(0);
 
 static unsigned long kw_tx_pool_max(void)
@@ -805,75 +815,87 @@ static unsigned long kw_tx_pool_max(void)
 static u8 *tx_pool_reuse(struct kw_qp *qp)
 {
 	struct page *pg;
+	u32 i = qp->tx_pool_next;
 
 	if (!qp->tx_pool_n)
 		return NULL;
-	pg = qp->tx_pool[qp->tx_pool_next];
-	if (page_ref_count(pg) != 1)
+	pg = qp->tx_pool[i];
+	if (page_ref_count(pg) != 1) {		/* pass it over */
+		qp->tx_pool_next = (i + 1) % qp->tx_pool_n;
 		return NULL;
-	/* the last holder's reads of the page come before our writes */
+	}
+	/* the last holder's reads of the chunk come before our writes */
 	smp_acquire__after_ctrl_dep();
-	qp->tx_pool_next = (qp->tx_pool_next + 1) % qp->tx_pool_n;
+	qp->tx_pool_next = (i + 1) % qp->tx_pool_n;
 	get_page(pg);		/* the stream's reference: tx_frags, tx_chunk */
 	return page_address(pg);
 }
 
 static u8 *tx_pool_add(struct kw_qp *qp)
 {
-	struct mem_cgroup *old;
 	struct page *pg;
 
-	if (qp->tx_pool_n >= KW_TX_POOL_PAGES)
+	if (qp->tx_pool_n >= KW_TX_POOL ||
+	    atomic_long_read(&kw_tx_pool_pages) >= kw_tx_pool_max())
 		return NULL;
 	if (!qp->tx_pool) {
-		qp->tx_pool = kcalloc(KW_TX_POOL_PAGES, sizeof(*qp->tx_pool),
+		qp->tx_pool = kcalloc(KW_TX_POOL, sizeof(*qp->tx_pool),
 				      GFP_KERNEL_ACCOUNT);
 		if (!qp->tx_pool)
 			return NULL;
 	}
-	if (atomic_long_inc_return(&kw_tx_pool_pages) > kw_tx_pool_max())
+	if (atomic_long_add_return(1 << KW_TX_POOL_ORDER, &kw_tx_pool_pages) >
+	    kw_tx_pool_max())
 		goto full;
-	/* kept while the QP lives: the socket's cgroup pays, also when a
-	 * worker allocates */
-	old = tx_charge_to(qp->sock->sk);
-	pg = alloc_page(GFP_KERNEL_ACCOUNT);
-	set_active_memcg(old);
+	pg = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_COMP | __GFP_NOWARN,
+			 KW_TX_POOL_ORDER);
 	if (!pg)
 		goto full;
 	qp->tx_pool[qp->tx_pool_n++] = pg;	/* the pool's reference */
 	get_page(pg);				/* the stream's */
 	return page_address(pg);
 full:
-	atomic_long_dec(&kw_tx_pool_pages);
+	atomic_long_sub(1 << KW_TX_POOL_ORDER, &kw_tx_pool_pages);
 	return NULL;
 }
 
-/* The pool's references go; the pages go when no skb holds them. */
+/* The pool's references go; a chunk goes when no skb holds it. */
 static void tx_pool_free(struct kw_qp *qp)
 {
 	u32 i;
 
 	for (i = 0; i < qp->tx_pool_n; i++)
 		put_page(qp->tx_pool[i]);
-	atomic_long_sub(qp->tx_pool_n, &kw_tx_pool_pages);
+	atomic_long_sub((long)qp->tx_pool_n << KW_TX_POOL_ORDER,
+			&kw_tx_pool_pages);
 	kfree(qp->tx_pool);
 	qp->tx_pool = NULL;
 	qp->tx_pool_n = 0;
 	qp->tx_pool_next = 0;
 }
 
-/* A page for the stream, with a reference for it. */
-static u8 *tx_stream_page(struct kw_qp *qp)
+/*
+ * A chunk of the stream, with a reference for it, and its size. Charged to
+ * the socket's memory cgroup, also when a worker allocates it.
+ */
+static u8 *tx_stream_chunk(struct kw_qp *qp, u32 *size)
 {
+	struct mem_cgroup *old;
 	u8 *p;
 
 	lockdep_assert_held(&qp->tx_mutex);
+	*size = PAGE_SIZE << KW_TX_POOL_ORDER;
 	p = tx_pool_reuse(qp);
-	if (!p)
-		p = tx_pool_add(qp);
-	if (!p)
+	if (p)
+		return p;
+	old = tx_charge_to(qp->sock->sk);
+	p = tx_pool_add(qp);
+	if (!p) {
+		*size = PAGE_SIZE;
 		p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE,
 				    GFP_KERNEL_ACCOUNT);
+	}
+	set_active_memcg(old);
 	return p;
 }
 
@@ -887,31 +909,33 @@ static u8 *tx_stream_page(struct kw_qp *qp)
  */
 static int tx_stream_room(struct kw_qp *qp, u8 **dst, u32 *room)
 {
+	u32 size;
 	u8 *p;
 
-	if (qp->tx_chunk && qp->tx_chunk_len < PAGE_SIZE) {
+	if (qp->tx_chunk && qp->tx_chunk_len < qp->tx_chunk_size) {
 		if (!qp->tx_chunk_bv) {		/* first bytes of this batch */
 			if (WARN_ON_ONCE(qp->tx_nbv >= qp->tx_bvec_max))
 				return -EIO;
 			tx_stream_bvec(qp, qp->tx_chunk + qp->tx_chunk_len);
 		}
 		*dst = qp->tx_chunk + qp->tx_chunk_len;
-		*room = PAGE_SIZE - qp->tx_chunk_len;
+		*room = qp->tx_chunk_size - qp->tx_chunk_len;
 		return 0;
 	}
 	if (WARN_ON_ONCE(qp->tx_nfrags >= ARRAY_SIZE(qp->tx_frags) ||
 			 qp->tx_nbv >= qp->tx_bvec_max))
 		return -EIO;
-	p = tx_stream_page(qp);
+	p = tx_stream_chunk(qp, &size);
 	if (!p)
 		return -ENOMEM;
 	if (qp->tx_chunk)	/* full: ours until this batch is in TCP */
 		qp->tx_frags[qp->tx_nfrags++] = qp->tx_chunk;
 	qp->tx_chunk = p;
 	qp->tx_chunk_len = 0;
+	qp->tx_chunk_size = size;
 	tx_stream_bvec(qp, p);
 	*dst = p;
-	*room = PAGE_SIZE;
+	*room = size;
 	return 0;
 }
 
