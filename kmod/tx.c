@@ -798,10 +798,9 @@ static void tx_stream_bvec(struct kw_qp *qp, u8 *p)
  * them in order of acknowledgement; one still held is passed over, so that
  * a chunk some holder keeps does not stop reuse for good, and the chunk
  * is a new one, or from the page_frag cache as before once the pool is
- * full. All
- * QPs together keep at most kw_tx_pool_max() pages (1/64 of memory),
- * charged to the socket's memory cgroup; a QP's go with it (a chunk still
- * held when the last holder lets it go).
+ * full. All QPs together keep at most kw_tx_pool_max() pages (1/64 of
+ * memory), charged to the socket's memory cgroup; a QP's go with it (a
+ * chunk still held, when the last holder lets it go).
  */
 #define KW_TX_POOL_ORDER	1
 #define KW_TX_POOL		128	/* chunks per QP: 1 MiB with 4 KiB pages */

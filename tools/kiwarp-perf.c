@@ -1318,12 +1318,15 @@ int main(int argc, char **argv)
 			if (!c.o.copy_max && strcmp(optarg, "0"))
 				usage();
 			break;
-		case 'Y':
-			v = strtol(optarg, NULL, 10);
-			if (v < -1 || v > 100000000)
+		case 'Y': {
+			char *end;
+
+			v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v < -1 || v > 100000000)
 				usage();
 			c.o.spin = v;
 			break;
+		}
 		case 'q': c.o.quiet = 1; break;
 		default: usage();
 		}
