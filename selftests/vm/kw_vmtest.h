@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /*
  * Helpers the in-VM test programs share (kw_rdma, kw_hostile, kw_security,
- * kw_peerfuzz, kw_faults, kw_es, kw_esfuzz): time, /proc/meminfo, VmPin,
+ * kw_peerfuzz, kw_faults, kw_es, kw_fuzz, kw_esfuzz): time, /proc/meminfo, VmPin,
  * progress lines, loopback TCP pairs and whole-buffer socket I/O. All static inline: each program uses a subset.
  */
 #ifndef KW_VMTEST_H

@@ -62,6 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../vm/kw_vmtest.h"
+
 #ifndef TCP_ULP
 #define TCP_ULP 31
 #endif
@@ -96,14 +98,6 @@ static atomic_int wd_done;	/* every worker joined: the watchdog may end */
 static atomic_long unexpected;
 static atomic_long pairs_up;	/* kiwarp<->kiwarp connections in RTS */
 static int in_child;		/* a fork()ed child: no stdio, no table lock */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* async-signal-safe formatted output (also used by fork children) */
 static void say(const char *fmt, ...)
@@ -1796,9 +1790,11 @@ static void op_ring(struct th *t)
 
 /* ------------------------------------------------------------ sockets */
 
-
-/* A connected TCP pair over loopback (v6: ::1). 0 or -errno. */
-static int tcp_pair(int v6, int *a, int *b)
+/*
+ * A connected TCP pair over loopback (v6: ::1), close-on-exec and
+ * TCP_NODELAY (kw_vmtest.h's tcp_pair() is neither). 0 or -errno.
+ */
+static int fuzz_tcp_pair(int v6, int *a, int *b)
 {
 	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
 	struct sockaddr_in s4 = { .sin_family = AF_INET };
@@ -1893,7 +1889,7 @@ static void op_sock_new(struct th *t)
 	case SK_TCP6_CONN:
 	case SK_TCP_PEERCLOSED:
 	case SK_TCP_ULP:
-		ret = tcp_pair(kind == SK_TCP6_CONN, &fd, &fd2);
+		ret = fuzz_tcp_pair(kind == SK_TCP6_CONN, &fd, &fd2);
 		if (ret)
 			break;
 		if (kind == SK_TCP_PEERCLOSED) {
@@ -2360,7 +2356,7 @@ static void op_pair_connect(struct th *t)
 		c.addr.port = ls.port;
 	} else {
 		begin(t, "tcp_pair for pair");
-		if (judge(t, tcp_pair(chance(&t->r, 20), &sa, &sb),
+		if (judge(t, fuzz_tcp_pair(chance(&t->r, 20), &sa, &sb),
 			  E(EMFILE) | E(ENFILE) | E(ENOMEM)))
 			return;
 		c.sockfd = sa;
@@ -2446,7 +2442,7 @@ static void op_raw_peer(struct th *t)
 	a.qp = ar.qp = objs[q].handle;
 	unlock_tbl();
 	begin(t, "tcp_pair for raw peer");
-	if (fd < 0 || judge(t, tcp_pair(0, &sa, &sb), E(EMFILE) | E(ENFILE)))
+	if (fd < 0 || judge(t, fuzz_tcp_pair(0, &sa, &sb), E(EMFILE) | E(ENFILE)))
 		return;
 	memcpy(req, "MPA ID Req Frame", 16);
 	req[16] = chance(&t->r, 50) ? 0x40 : 0;	/* CRC */
@@ -3155,20 +3151,6 @@ static void monitor_start(void)
 
 /* ----------------------------------------------------------- main */
 
-static long vm_pin_kb(void)
-{
-	char line[256];
-	long v = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		sscanf(line, "VmPin: %ld", &v);
-	fclose(f);
-	return v;
-}
-
 static void usage(const char *p)
 {
 	fprintf(stderr,
@@ -3275,7 +3257,7 @@ int main(int argc, char **argv)
 		int a, b;
 
 		/* a TCP_ULP "tls" as root loads the module for later tries */
-		if (!tcp_pair(0, &a, &b)) {
+		if (!fuzz_tcp_pair(0, &a, &b)) {
 			setsockopt(a, IPPROTO_TCP, TCP_ULP, "tls", 4);
 			close(a);
 			close(b);
@@ -3355,7 +3337,7 @@ int main(int argc, char **argv)
 			close(i);
 	/* mremap'd ring copies live 64 GiB above their origin: gone too */
 	for (i = 0; i < 200; i++) {
-		pin_kb = vm_pin_kb();
+		pin_kb = kw_vm_pin_kb();
 		if (pin_kb <= 0)
 			break;
 		usleep(50000);
