@@ -813,19 +813,17 @@ static unsigned long kw_tx_pool_max(void)
 
 static u8 *tx_pool_reuse(struct kw_qp *qp)
 {
-	struct page *pg;
 	u32 i = qp->tx_pool_next;
+	struct page *pg;
 
 	if (!qp->tx_pool_n)
 		return NULL;
 	pg = qp->tx_pool[i];
-	if (page_ref_count(pg) != 1) {		/* pass it over */
-		qp->tx_pool_next = (i + 1) % qp->tx_pool_n;
+	qp->tx_pool_next = (i + 1) % qp->tx_pool_n;	/* used or passed over */
+	if (page_ref_count(pg) != 1)
 		return NULL;
-	}
 	/* the last holder's reads of the chunk come before our writes */
 	smp_acquire__after_ctrl_dep();
-	qp->tx_pool_next = (i + 1) % qp->tx_pool_n;
 	get_page(pg);		/* the stream's reference: tx_frags, tx_chunk */
 	return page_address(pg);
 }
