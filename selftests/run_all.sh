@@ -26,8 +26,30 @@ note_failure() {
 		echo "# FAILED $name: $why"
 		grep -aE '^[[:space:]#]*not ok ' "$log" | head -n 6 | cut -c1-200 | sed 's/^/#   /'
 		grep -aE "$REPORT" "$log" | head -n 3 | cut -c1-200 | sed 's/^/#   /'
+		crash_context "$log" | cut -c1-200 | sed 's/^/#   /'
 	} >> "$recap"
 }
+# A guest kernel that oopsed: the suite's last result lines before it
+# (which test was running) and the first report's task, RIP and call
+# trace, without timestamps (CI keeps only the tail; the whole console
+# report is in the suite's output above).
+crash_context() {
+	local log=$1 at
+	at=$(grep -anE '^vm-run: CRASH' "$log" | head -n1 | cut -d: -f1)
+	[ -n "$at" ] || return 0
+	echo "before the crash:"
+	head -n "$at" "$log" | grep -aE '^(ok |not ok |# )' | tail -n 3 | sed 's/^/  /'
+	awk -v re="$CRASH_START" '
+		!on && $0 ~ re { on = 1 }
+		on {
+			sub(/^\[ *[0-9.]+\] /, "")
+			if ($0 ~ /Comm:|^RIP:|\+0x[0-9a-f]+\/0x/ && !/^ *\? /) {
+				print "  " $0
+				if (++n == 14) exit
+			}
+		}' "$log"
+}
+CRASH_START='(kernel BUG at|Oops|BUG: (unable|kernel NULL)|general protection fault(:|, probably)|Kernel panic)'
 # First lines of a guest kernel report, or a harness timeout, in a log.
 REPORT='(vm-run: (CRASH|TIMEOUT|KERNEL LOG|guest died|VM failed|  )|BUG:|WARNING:|Oops|general protection|KASAN|Kernel panic|kernel BUG|RCU stall|hung task)'
 

@@ -173,9 +173,13 @@ pair() {
 	vrc=$?
 	# siw's P2P accept race (Documentation/interop.md): a P2P responder
 	# siw switches to its RTR receive handler only after sending the
-	# Reply, and an RTR that arrives in between is never processed; both
-	# ends then wait. Seen once in ~20 runs of a kiwarp-initiator P2P
-	# cell under TCG. Retried once, and said so.
+	# Reply, and an RTR that arrives in between is not processed until
+	# more bytes come. Seen in about 1 of 20 runs of a kiwarp-initiator
+	# P2P cell under TCG. ipeer-kw then sends a zero-length RDMA Write
+	# after 10 s (its "# note:"), which gets siw going; never closing
+	# first matters, as iw_cm BUG()s on a close in that state. The other
+	# form seen once: siw's first Send never completes. Retried once,
+	# and said so.
 	if [ "$role" = client ] && [ -z "${PAIR_RETRY:-}" ] && [ $rc -ne 0 ] &&
 	   [[ " $* " == *" --p2p 1 "* ]] &&
 	   grep -q 'timeout on ctl send completion' "$vlog" &&
