@@ -49,6 +49,7 @@ crash_context() {
 			}
 		}' "$log"
 }
+# the reports that stop a VM: scripts/vm-run's CRASH_RE, keep them in step
 CRASH_START='(kernel BUG at|Oops|BUG: (unable|kernel NULL)|general protection fault(:|, probably)|Kernel panic)'
 # First lines of a guest kernel report, or a harness timeout, in a log.
 REPORT='(vm-run: (CRASH|TIMEOUT|KERNEL LOG|guest died|VM failed|  )|BUG:|WARNING:|Oops|general protection|KASAN|Kernel panic|kernel BUG|RCU stall|hung task)'
