@@ -185,6 +185,7 @@ static int wait_for(struct ctx *c, int opcode, struct kiwarp_cqe *out)
 		}
 		if (e.status == KIWARP_WC_WR_FLUSH_ERR) {
 			c->disconnected = 1;
+			DBG("%s flushed\n", kw_wr_opcode_str(e.opcode));
 			return 1;
 		}
 		if (e.status) {
@@ -221,6 +222,30 @@ static int wait_for(struct ctx *c, int opcode, struct kiwarp_cqe *out)
 				*out = e;
 			return 0;
 		}
+	}
+}
+
+/*
+ * After a failure: the QP's state, its byte counts and any Terminate, so a
+ * failed run says whether kiwarp or its peer ended the connection.
+ */
+static void report_qp(struct ctx *c)
+{
+	const struct kiwarp_term_info *t;
+	struct kiwarp_query_qp q;
+	int i;
+
+	if (!c->qp || kw_query_qp(c->qp, &q))
+		return;
+	fprintf(stderr, "qp: state %s, payload tx %llu rx %llu\n",
+		kw_qp_state_str(q.state), (unsigned long long)q.tx_bytes,
+		(unsigned long long)q.rx_bytes);
+	for (i = 0; i < 2; i++) {
+		t = i ? &q.term_rcvd : &q.term_sent;
+		if (t->valid)
+			fprintf(stderr, "qp: Terminate %s: %s\n",
+				i ? "received" : "sent",
+				kw_term_str(t->layer, t->etype, t->ecode));
 	}
 }
 
@@ -430,8 +455,10 @@ static int run_client(void)
 	    res.param.mpa_rev, res.param.flags & KIWARP_CONN_CRC ? "on" : "off",
 	    res.param.ird, res.param.ord);
 	ret = test_client(&c);
-	if (ret)
+	if (ret) {
 		fprintf(stderr, "rping client failed: %d\n", ret);
+		report_qp(&c);
+	}
 	kw_modify_qp(c.qp, KIWARP_MODIFY_CLOSE);
 	/* let the close reach the peer before the QP is torn down */
 	usleep(50000);
@@ -471,8 +498,10 @@ static int serve_one(struct kw_listener *l)
 	ret = test_server(&c);
 	if (c.disconnected)
 		fprintf(stderr, "server DISCONNECT EVENT...\n");
-	if (ret)
+	if (ret) {
 		fprintf(stderr, "rping server failed: %d\n", ret);
+		report_qp(&c);
+	}
 	kw_modify_qp(c.qp, KIWARP_MODIFY_CLOSE);
 out:
 	teardown(&c);
