@@ -738,6 +738,20 @@ static void mr_locate(const struct kw_mr *mr, u64 off, unsigned long *idx,
 	*pg_off = abs & ~PAGE_MASK;
 }
 
+/*
+ * The last byte of each copy is stored after all the others. The receive
+ * path places a message's segments in order, so a message's last byte
+ * becomes visible after the rest of it: an application that polls the
+ * last byte of its buffer for a peer's RDMA Write (riostream; the tail
+ * flag of MPI eager protocols) then finds the whole message, as with an
+ * RNIC that writes in order. The RFCs promise no order within a message
+ * (DDP may place segments in any order, RFC 5041), and memcpy() keeps
+ * none: x86-64's, from Linux 6.2 on CPUs without FSRM, copies backward
+ * when the source's low address byte is below the destination's
+ * (selftests/vm/kw_rdma write_last_byte_placed_last). Out-of-order
+ * placement (tcp_hooks) makes no such promise either. The cost is one
+ * byte stored apart and a write barrier per copy.
+ */
 void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len)
 {
 	unsigned int pg_off;
@@ -747,9 +761,15 @@ void kw_mr_copy_to(struct kw_mr *mr, u64 off, const void *src, size_t len)
 	while (len) {
 		size_t n = min_t(size_t, len, PAGE_SIZE - pg_off);
 		struct page *page = mr->pages[idx];
-		void *p = kmap_local_page(page);
+		u8 *p = kmap_local_page(page);
 
-		memcpy(p + pg_off, src, n);
+		if (n == len) {
+			memcpy(p + pg_off, src, n - 1);
+			smp_wmb();	/* the rest before the last byte */
+			WRITE_ONCE(p[pg_off + n - 1], ((const u8 *)src)[n - 1]);
+		} else {
+			memcpy(p + pg_off, src, n);
+		}
 		kunmap_local(p);
 		flush_dcache_page(page);
 		src += n;
