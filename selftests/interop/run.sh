@@ -280,8 +280,8 @@ snap_at() {
 			if [ -n "$why" ]; then
 				printf '# trigger: %s\n%s\n' "$why" "$cur" > "$file"
 				# the programs, not their timeout wrappers: those
-				# then exit 124+ quietly instead of bash saying
-				# "Terminated"
+				# then exit with the program's status (143)
+				# instead of bash printing "Terminated"
 				for pid in $(pgrep -f -- "-(p|-port) $port( |\$)"); do
 					[ "$(cat /proc/$pid/comm 2>/dev/null)" = timeout ] ||
 						kill -TERM "$pid" 2>/dev/null
