@@ -439,7 +439,7 @@ static int run_client(void)
 		return EINVAL;
 	ret = setup(&c);
 	if (ret) {
-		fprintf(stderr, "setup failed: %d\n", ret);
+		fprintf(stderr, "setup failed: %s\n", strerror(-ret));
 		goto out;
 	}
 	ret = post_recv(&c);
@@ -477,7 +477,7 @@ static int serve_one(struct kw_listener *l)
 
 	ret = setup(&c);
 	if (ret) {
-		fprintf(stderr, "setup_qp failed: %d\n", ret);
+		fprintf(stderr, "setup_qp failed: %s\n", strerror(-ret));
 		goto out;
 	}
 	ret = post_recv(&c);
@@ -520,7 +520,8 @@ static int run_server(void)
 		return EINVAL;
 	ret = kw_open(&dev);
 	if (ret) {
-		fprintf(stderr, "kw_open: %s\n", strerror(-ret));
+		fprintf(stderr, "kw_open: %s (is kiwarp.ko loaded?)\n",
+			strerror(-ret));
 		return 1;
 	}
 	srv_dev = dev;
