@@ -653,15 +653,13 @@ if group es; then
 			  # line-buffered, so that what they print survives a kill
 			  other=(stdbuf -oL "$prog")
 			  [ $role = kw ] && other=(stdbuf -oL "$KR" --rsocket "$prog")
-			  # A kw-client attempt that meets siw's accept race runs
-			  # again (race_retry, at most twice). Any other failure gets
-			  # one more attempt, and the TAP line says so: riostream
-			  # polls the last byte of its buffer and then checks the
-			  # rest, but no RDMA provider promises to place a message
-			  # front to back, and Linux's memcpy() copies backward for
-			  # some address pairs (interop.md): in 11 of 145 looped
-			  # runs (9 in one boot), "data verification failed byte"
-			  # at the start of a buffer, the bytes on the wire right.
+			  # An attempt that meets siw's accept race (kw-client:
+			  # race_retry), or whose riostream on siw saw a round's
+			  # last byte before its first (rio_order_retry: siw's
+			  # memcpy() copied backward; in 11 of 145 looped runs, 9 in
+			  # one boot), runs again, at most twice for both together.
+			  # Any other failure gets one more attempt, and the TAP
+			  # line says so.
 			  first=
 			  races=1
 			  for attempt in 1 2 3 4; do
