@@ -362,6 +362,7 @@ int kw_cm_listen_destroy(struct kw_ctx *ctx, struct kiwarp_handle *arg);
 void kw_cm_listen_destroy_all(struct kw_ctx *ctx);
 int kw_qp_init(void);
 void kw_qp_exit(void);
+void kw_tx_exit(void);
 
 /* ---- rx.c: the patched kernel's TCP hook (patches/), looked up at load;
  * the module parameter tcp_hooks=0 leaves it unused */

@@ -68,6 +68,7 @@ static void __exit kw_exit(void)
 	kw_es_exit();
 	kw_dev_exit();
 	kw_qp_exit();
+	kw_tx_exit();		/* no QP left to schedule its reclaim */
 	kw_mem_exit();
 	kw_tcp_hooks_exit();
 }

@@ -306,6 +306,7 @@ struct kw_qp {
 	struct page **tx_pool;	/* KW_TX_POOL slots, or NULL */
 	u32 tx_pool_n;		/* slots in use, each with our reference */
 	u32 tx_pool_next;	/* the oldest: the next one tried for reuse */
+	struct list_head tx_pool_link;	/* kw_tx_pool_list, with tx_pool */
 	bool tx_stream;		/* SQ message copied whole into the stream */
 	u32 tx_msn[3];		/* last MSN sent per queue */
 	bool term_pending;	/* a Terminate must go out, then close */

@@ -798,26 +798,169 @@ static void tx_stream_bvec(struct kw_qp *qp, u8 *p)
  * them in order of acknowledgement; one still held is passed over, so that
  * a chunk some holder keeps does not stop reuse for good, and the chunk
  * is a new one, or from the page_frag cache as before once the pool is
- * full. All QPs together keep at most kw_tx_pool_max() pages (1/64 of
- * memory), charged to the socket's memory cgroup; a QP's go with it (a
- * chunk still held, when the last holder lets it go).
+ * full. The pools of all QPs together hold at most kw_tx_pool_max() pages
+ * (1/32 of memory, or the module parameter tx_pool_kb), charged to the
+ * socket's memory cgroup; a QP's go with it (a chunk still held, when the
+ * last holder lets it go).
+ *
+ * Each QP that has a pool gets an even share of that, within
+ * [KW_TX_POOL_MIN, KW_TX_POOL] chunks, so that the first QPs to send do
+ * not keep the others out: a QP over its share (more QPs came since it
+ * grew) lets its oldest chunks go the next time it takes one, and a QP
+ * that finds the pool full while shares have shrunk since the last time
+ * has the reclaim work trim every QP over its share that is not
+ * transmitting, idle ones too (one that is, it tries again, up to
+ * KW_TX_RECLAIM_TRIES times; kw_tx_pool_high says whether a walk can
+ * find anything). Letting go is dropping the pool's reference:
+ * a chunk TCP still holds is TCP's until it is done with it (charged to
+ * the memory cgroup, not to the pool), as at teardown. kw_tx_pool_lock
+ * guards kw_tx_pool_list (QPs with a tx_pool); with it held, a QP's pool
+ * does not go away (tx_pool_free() unlinks first), nor change once the
+ * work has its tx_mutex.
  */
 #define KW_TX_POOL_ORDER	1
 #define KW_TX_POOL		128	/* chunks per QP: 1 MiB with 4 KiB pages */
+#define KW_TX_POOL_MIN		8	/* a 64 KiB message */
 static atomic_long_t kw_tx_pool_pages = ATOMIC_LONG_INIT(0);
+static atomic_t kw_tx_pool_qps = ATOMIC_INIT(0);	/* QPs with tx_pool */
+static LIST_HEAD(kw_tx_pool_list);
+static DEFINE_MUTEX(kw_tx_pool_lock);
+#define KW_TX_RECLAIM_TRIES	3
+/* no QP's pool is larger (a walk lowers it, tx_pool_add() raises it) */
+static u32 kw_tx_pool_high = KW_TX_POOL + 1;
+static atomic_t kw_tx_pool_tries;	/* walks left for QPs that were busy */
+static void tx_pool_reclaim(struct work_struct *work);
+static DECLARE_DELAYED_WORK(kw_tx_pool_reclaim_work, tx_pool_reclaim);
+
+static unsigned int tx_pool_kb;
+module_param(tx_pool_kb, uint, 0644);
+MODULE_PARM_DESC(tx_pool_kb,
+		 "stream pages all QPs keep, in KiB (0, the default: 1/32 of memory)");
+
+static int tx_pool_used_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(&kw_tx_pool_pages) <<
+			  (PAGE_SHIFT - 10));
+}
+
+static const struct kernel_param_ops tx_pool_used_ops = {
+	.get = tx_pool_used_get,
+};
+module_param_cb(tx_pool_used_kb, &tx_pool_used_ops, NULL, 0444);
+MODULE_PARM_DESC(tx_pool_used_kb, "stream pages all QPs keep now, in KiB");
 
 static unsigned long kw_tx_pool_max(void)
 {
-	return totalram_pages() / 64;
+	unsigned int kb = READ_ONCE(tx_pool_kb);
+
+	return kb ? kb >> (PAGE_SHIFT - 10) : totalram_pages() / 32;
 }
 
-static u8 *tx_pool_reuse(struct kw_qp *qp)
+/* A QP's share of the pool, in chunks. */
+static u32 tx_pool_share(void)
 {
-	u32 i = qp->tx_pool_next;
-	struct page *pg;
+	unsigned long chunks = kw_tx_pool_max() >> KW_TX_POOL_ORDER;
+	int qps = atomic_read(&kw_tx_pool_qps);
 
+	if (qps > 1)
+		chunks /= qps;
+	return clamp_t(unsigned long, chunks, KW_TX_POOL_MIN, KW_TX_POOL);
+}
+
+/*
+ * Keep the keep newest chunks; the pool's references to the others go.
+ * The survivors move to the front in the order they had, the oldest
+ * first for reuse.
+ */
+static void tx_pool_trim(struct kw_qp *qp, u32 keep)
+{
+	u32 n = qp->tx_pool_n, drop = n - keep, oldest, i, j;
+
+	lockdep_assert_held(&qp->tx_mutex);
+	if (WARN_ON_ONCE(!keep || keep >= n))
+		return;
+	oldest = (qp->tx_pool_next + drop) % n;	/* the oldest kept */
+	for (i = 0; i < drop; i++) {
+		j = (qp->tx_pool_next + i) % n;
+		put_page(qp->tx_pool[j]);
+		qp->tx_pool[j] = NULL;
+	}
+	for (i = 0, j = 0; i < n; i++) {
+		if (!qp->tx_pool[i])
+			continue;
+		if (i == oldest)
+			qp->tx_pool_next = j;
+		qp->tx_pool[j++] = qp->tx_pool[i];
+	}
+	qp->tx_pool_n = keep;
+	atomic_long_sub((long)drop << KW_TX_POOL_ORDER, &kw_tx_pool_pages);
+}
+
+/*
+ * Trim every QP over its share whose tx_mutex is free (trylock: a QP
+ * transmitting holds it, and the order here is the reverse of
+ * tx_pool_add()'s). A QP that was busy gets another walk a little later,
+ * KW_TX_RECLAIM_TRIES at most.
+ */
+static void tx_pool_reclaim(struct work_struct *work)
+{
+	u32 share = tx_pool_share();
+	bool busy = false;
+	struct kw_qp *qp;
+
+	mutex_lock(&kw_tx_pool_lock);
+	WRITE_ONCE(kw_tx_pool_high, share);	/* before: a QP may grow after */
+	list_for_each_entry(qp, &kw_tx_pool_list, tx_pool_link) {
+		cond_resched();
+		if (READ_ONCE(qp->tx_pool_n) <= share)
+			continue;
+		if (!mutex_trylock(&qp->tx_mutex)) {
+			busy = true;
+			continue;
+		}
+		if (qp->tx_pool_n > share)
+			tx_pool_trim(qp, share);
+		mutex_unlock(&qp->tx_mutex);
+	}
+	if (busy) {
+		WRITE_ONCE(kw_tx_pool_high, KW_TX_POOL + 1);
+		if (atomic_dec_return(&kw_tx_pool_tries) >= 0)
+			schedule_delayed_work(&kw_tx_pool_reclaim_work, HZ / 10);
+	}
+	mutex_unlock(&kw_tx_pool_lock);
+}
+
+/* The pool is full: a walk, if some QP may be over its share; ten a
+ * second at most. */
+static void tx_pool_full(u32 share)
+{
+	static unsigned long last;	/* jiffies of the last one, or 0 */
+	unsigned long t = READ_ONCE(last);
+
+	if (share >= READ_ONCE(kw_tx_pool_high) ||
+	    (t && time_before(jiffies, t + HZ / 10)))
+		return;
+	WRITE_ONCE(last, jiffies);
+	WRITE_ONCE(kw_tx_pool_high, share);	/* one walk for it */
+	atomic_set(&kw_tx_pool_tries, KW_TX_RECLAIM_TRIES);
+	schedule_delayed_work(&kw_tx_pool_reclaim_work, 0);
+}
+
+void kw_tx_exit(void)
+{
+	cancel_delayed_work_sync(&kw_tx_pool_reclaim_work);
+}
+
+static u8 *tx_pool_reuse(struct kw_qp *qp, u32 share)
+{
+	struct page *pg;
+	u32 i;
+
+	if (qp->tx_pool_n > share)
+		tx_pool_trim(qp, share);
 	if (!qp->tx_pool_n)
 		return NULL;
+	i = qp->tx_pool_next;
 	pg = qp->tx_pool[i];
 	qp->tx_pool_next = (i + 1) % qp->tx_pool_n;	/* used or passed over */
 	if (page_ref_count(pg) != 1)
@@ -828,18 +971,28 @@ static u8 *tx_pool_reuse(struct kw_qp *qp)
 	return page_address(pg);
 }
 
-static u8 *tx_pool_add(struct kw_qp *qp)
+static u8 *tx_pool_add(struct kw_qp *qp, u32 share)
 {
 	struct page *pg;
+	u32 i;
 
-	if (qp->tx_pool_n >= KW_TX_POOL ||
-	    atomic_long_read(&kw_tx_pool_pages) >= kw_tx_pool_max())
+	if (qp->tx_pool_n >= share)
 		return NULL;
+	/* counted from its first try on, pool full or not: it has a share */
 	if (!qp->tx_pool) {
 		qp->tx_pool = kcalloc(KW_TX_POOL, sizeof(*qp->tx_pool),
 				      GFP_KERNEL_ACCOUNT);
 		if (!qp->tx_pool)
 			return NULL;
+		atomic_inc(&kw_tx_pool_qps);
+		mutex_lock(&kw_tx_pool_lock);
+		list_add_tail(&qp->tx_pool_link, &kw_tx_pool_list);
+		mutex_unlock(&kw_tx_pool_lock);
+		share = tx_pool_share();	/* counting this QP now */
+	}
+	if (atomic_long_read(&kw_tx_pool_pages) >= kw_tx_pool_max()) {
+		tx_pool_full(share);
+		return NULL;
 	}
 	if (atomic_long_add_return(1 << KW_TX_POOL_ORDER, &kw_tx_pool_pages) >
 	    kw_tx_pool_max())
@@ -848,7 +1001,15 @@ static u8 *tx_pool_add(struct kw_qp *qp)
 			 KW_TX_POOL_ORDER);
 	if (!pg)
 		goto full;
-	qp->tx_pool[qp->tx_pool_n++] = pg;	/* the pool's reference */
+	/* the newest: just before the oldest, in the order they are tried */
+	i = qp->tx_pool_next;
+	memmove(&qp->tx_pool[i + 1], &qp->tx_pool[i],
+		(qp->tx_pool_n - i) * sizeof(*qp->tx_pool));
+	qp->tx_pool[i] = pg;			/* the pool's reference */
+	qp->tx_pool_n++;
+	qp->tx_pool_next = (i + 1) % qp->tx_pool_n;
+	if (qp->tx_pool_n > READ_ONCE(kw_tx_pool_high))
+		WRITE_ONCE(kw_tx_pool_high, qp->tx_pool_n);
 	get_page(pg);				/* the stream's */
 	return page_address(pg);
 full:
@@ -861,10 +1022,17 @@ static void tx_pool_free(struct kw_qp *qp)
 {
 	u32 i;
 
+	if (qp->tx_pool) {	/* the reclaim work lets go of it first */
+		mutex_lock(&kw_tx_pool_lock);
+		list_del(&qp->tx_pool_link);
+		mutex_unlock(&kw_tx_pool_lock);
+	}
 	for (i = 0; i < qp->tx_pool_n; i++)
 		put_page(qp->tx_pool[i]);
 	atomic_long_sub((long)qp->tx_pool_n << KW_TX_POOL_ORDER,
 			&kw_tx_pool_pages);
+	if (qp->tx_pool)
+		atomic_dec(&kw_tx_pool_qps);
 	kfree(qp->tx_pool);
 	qp->tx_pool = NULL;
 	qp->tx_pool_n = 0;
@@ -877,16 +1045,17 @@ static void tx_pool_free(struct kw_qp *qp)
  */
 static u8 *tx_stream_chunk(struct kw_qp *qp, u32 *size)
 {
+	u32 share = tx_pool_share();
 	struct mem_cgroup *old;
 	u8 *p;
 
 	lockdep_assert_held(&qp->tx_mutex);
 	*size = PAGE_SIZE << KW_TX_POOL_ORDER;
-	p = tx_pool_reuse(qp);
+	p = tx_pool_reuse(qp, share);
 	if (p)
 		return p;
 	old = tx_charge_to(qp->sock->sk);
-	p = tx_pool_add(qp);
+	p = tx_pool_add(qp, share);
 	if (!p) {
 		*size = PAGE_SIZE;
 		p = page_frag_alloc(&qp->tx_frag_cache, PAGE_SIZE,

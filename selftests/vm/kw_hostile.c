@@ -1483,6 +1483,227 @@ TEST(stream_pages_not_reused_while_an_unread_local_peer_holds_them)
 	munmap(buf, LEN);
 }
 
+#define KW_PARAM "/sys/module/kiwarp/parameters/"
+
+static int write_param(const char *name, long v)
+{
+	char path[128];
+	FILE *f;
+	int ret;
+
+	snprintf(path, sizeof(path), KW_PARAM "%s", name);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	ret = fprintf(f, "%ld\n", v) < 0 ? -EIO : 0;
+	if (fclose(f))
+		ret = -errno;
+	return ret;
+}
+
+/* One copied Write of len bytes to the raw peer's ZC_STAG at off; waits
+ * for its completion. */
+static int stream_write(struct kend *k, struct kw_mr *mr, uint8_t *buf,
+			uint32_t len, uint64_t off)
+{
+	struct kiwarp_sge sge = { .addr = (uintptr_t)buf, .length = len,
+				  .lkey = mr->stag };
+	struct kw_send_wr wr = {
+		.wr_id = off, .opcode = KIWARP_WR_RDMA_WRITE,
+		.flags = KW_SEND_SIGNALED, .num_sge = 1, .sg_list = &sge,
+		.remote_addr = off, .rkey = ZC_STAG,
+	};
+	struct kiwarp_cqe cqe;
+	double end = now() + 20;
+	int n;
+
+	if (kw_post_send(k->qp, &wr, 1) != 1)
+		return -EIO;
+	while ((n = kw_poll_cq(k->cq, 1, &cqe)) == 0 && now() < end)
+		usleep(1000);
+	if (n != 1 || cqe.wr_id != off || cqe.status != KIWARP_WC_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+/* Runs body with the stream-page pool set to kb KiB, then restores it
+ * (also when body failed an ASSERT). */
+static void with_pool_kb(int *kwt_fail, long kb, void (*body)(int *))
+{
+	long saved = kw_read_long(KW_PARAM "tx_pool_kb");
+
+	ASSERT_GE(saved, 0);
+	ASSERT_EQ(write_param("tx_pool_kb", kb), 0);
+	body(kwt_fail);
+	EXPECT_EQ(write_param("tx_pool_kb", saved), 0);
+}
+
+static long pool_used_kb(void)
+{
+	return kw_read_long(KW_PARAM "tx_pool_used_kb");
+}
+
+/* n copied Writes of LEN from k, message i at i * LEN with the pattern
+ * zc_period = LEN expects: old bytes, new bytes, old, ... */
+enum { POOL_LEN = 12 << 10 };
+
+static int pool_writes(struct kend *k, struct kw_mr *mr, uint8_t *buf,
+		       int from, int n)
+{
+	int i, ret;
+
+	for (i = from; i < from + n; i++) {
+		uint64_t off = (uint64_t)i * POOL_LEN, j;
+
+		for (j = 0; j < POOL_LEN; j++)
+			buf[j] = i & 1 ? rv_new(off + j) : rv_old(off + j);
+		ret = stream_write(k, mr, buf, POOL_LEN, off);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* A QP whose raw peer on this host reads nothing yet; copy_max 16 KiB, so
+ * POOL_LEN goes through the stream pages. */
+static int pool_qp(struct kend *k, uint8_t *buf, struct kw_mr **mr)
+{
+	int ret;
+
+	memset(k, 0, sizeof(*k));
+	if ((ret = kend_init(k)) || (ret = raw_connect(k)) ||
+	    (ret = rp_send_rtr(&(struct rp){ k->raw, k->crc }, KW_OP_WRITE)))
+		return ret;
+	return kw_reg_mr(k->pd, buf, POOL_LEN, KIWARP_ACCESS_LOCAL_WRITE, mr);
+}
+
+/* The peer of k reads n messages; every byte as posted. */
+static void pool_check_peer(int *kwt_fail, struct kend *k, int n)
+{
+	static struct rv_sink s;
+	static struct kw_rx rx;
+
+	memset(&s, 0, sizeof(s));
+	zc_period = POOL_LEN;
+	kw_rx_init(&rx, &zc_ops, &s, false, 0);
+	rv_read(k, &rx, &s, (uint64_t)n * POOL_LEN, 30);
+	zc_period = 0;
+	printf("# peer got %llu B: %llu as posted, %llu not\n",
+	       (unsigned long long)s.placed, (unsigned long long)s.old_bytes,
+	       (unsigned long long)s.new_bytes);
+	EXPECT_FALSE(kw_rx_failed(&rx));
+	EXPECT_EQ(s.placed, (uint64_t)n * POOL_LEN);
+	EXPECT_EQ(s.old_bytes, (uint64_t)n * POOL_LEN);
+	EXPECT_EQ(s.new_bytes, 0);
+}
+
+/*
+ * Each QP with stream pages keeps at most an even share of the pool. With
+ * the pool at 512 KiB (64 chunks of 8 KiB), QP A alone grows past what
+ * each of four QPs may keep (16 chunks), every chunk held by a peer on
+ * this host that reads nothing. Three more QPs take chunks; A's next
+ * message must let its oldest go: the pool's reference only, as the peer
+ * still holds them. The peer must then read every byte A sent as posted,
+ * although A rewrote its buffer after each completion, and once the QPs
+ * are gone the pool is empty again. Fails without the share (A keeps its
+ * chunks).
+ */
+static void pool_share_body(int *kwt_fail)
+{
+	enum { N1 = 12, N2 = 4, M = 3 };
+	static struct kend a, o[M];
+	struct kw_mr *mr, *omr[M];
+	long base = pool_used_kb(), alone, four, after;
+	uint8_t *buf;
+	int m;
+
+	ASSERT_GE(base, 0);
+	buf = mmap(NULL, POOL_LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	ASSERT_EQ(pool_qp(&a, buf, &mr), 0);
+	ASSERT_EQ(pool_writes(&a, mr, buf, 0, N1), 0);
+	alone = pool_used_kb() - base;
+	for (m = 0; m < M; m++) {
+		ASSERT_EQ(pool_qp(&o[m], buf, &omr[m]), 0);
+		ASSERT_EQ(stream_write(&o[m], omr[m], buf, POOL_LEN, 0), 0);
+	}
+	four = pool_used_kb() - base;
+	ASSERT_EQ(pool_writes(&a, mr, buf, N1, N2), 0);
+	after = pool_used_kb() - base;
+	printf("# pool: A alone %ld KiB, with three more QPs %ld KiB, after A's next %d messages %ld KiB\n",
+	       alone, four, N2, after);
+	EXPECT_GT(alone, 16 * 8);		/* past a four-way share */
+	EXPECT_LT(after, four);			/* A let chunks go */
+	EXPECT_LE(after, (16 + M * 3) * 8);	/* A's share, the others' few */
+	memset(buf, 0, POOL_LEN);
+	pool_check_peer(kwt_fail, &a, N1 + N2);
+	for (m = 0; m < M; m++) {
+		EXPECT_EQ(kw_dereg_mr(omr[m]), 0);
+		kend_fini(&o[m]);
+	}
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&a);
+	munmap(buf, POOL_LEN);
+	EXPECT_EQ(pool_used_kb(), base);
+}
+
+TEST(stream_pool_share_drops_chunks_an_unread_peer_still_holds)
+{
+	with_pool_kb(kwt_fail, 512, pool_share_body);
+}
+
+/*
+ * An idle QP does not keep others out of the pool. With the pool at
+ * 128 KiB (16 chunks), QP A alone fills it (its peer reads nothing) and
+ * goes idle. QP B's first message finds the pool full: the reclaim work
+ * must trim A, which is not sending, to a two-way share (8 chunks).
+ * A's peer must still read every byte A sent, before and after. Fails
+ * without the reclaim (A keeps the whole pool).
+ */
+static void pool_reclaim_body(int *kwt_fail)
+{
+	enum { N1 = 12, N2 = 4 };
+	static struct kend a, b;
+	struct kw_mr *mr, *bmr;
+	long base = pool_used_kb(), full, trimmed;
+	uint8_t *buf;
+	double end;
+
+	ASSERT_GE(base, 0);
+	buf = mmap(NULL, POOL_LEN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_TRUE(buf != MAP_FAILED);
+	ASSERT_EQ(pool_qp(&a, buf, &mr), 0);
+	ASSERT_EQ(pool_writes(&a, mr, buf, 0, N1), 0);
+	full = pool_used_kb() - base;
+	ASSERT_EQ(pool_qp(&b, buf, &bmr), 0);
+	ASSERT_EQ(stream_write(&b, bmr, buf, POOL_LEN, 0), 0);
+	end = now() + 5;
+	do {			/* the work runs soon after B's try */
+		usleep(20000);
+		trimmed = pool_used_kb() - base;
+	} while (trimmed > 8 * 8 + 16 && now() < end);
+	printf("# pool: A alone %ld KiB, after B's first message %ld KiB\n",
+	       full, trimmed);
+	EXPECT_GE(full, 128 - 8);		/* A filled it */
+	EXPECT_LE(trimmed, 8 * 8 + 16);		/* A's half, B's first chunks */
+	ASSERT_EQ(pool_writes(&a, mr, buf, N1, N2), 0);
+	memset(buf, 0, POOL_LEN);
+	pool_check_peer(kwt_fail, &a, N1 + N2);
+	EXPECT_EQ(kw_dereg_mr(bmr), 0);
+	kend_fini(&b);
+	EXPECT_EQ(kw_dereg_mr(mr), 0);
+	kend_fini(&a);
+	munmap(buf, POOL_LEN);
+	EXPECT_EQ(pool_used_kb(), base);
+}
+
+TEST(stream_pool_reclaim_trims_an_idle_qp_for_a_new_one)
+{
+	with_pool_kb(kwt_fail, 128, pool_reclaim_body);
+}
+
 /*
  * The attacker's side of completion on ACK: a peer on the same host that
  * leaves its socket unread. TCP acknowledges what it queued there, and

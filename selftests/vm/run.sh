@@ -38,6 +38,12 @@ for t in "${tests[@]}"; do
 	t0=$SECONDS
 	"${cmd[@]}" "$@" || fail=1
 	times+=" ${cmd[0]##*/} $((SECONDS - t0))s"
+	# a test that set the stream-page pool and died puts it back here
+	p=/sys/module/kiwarp/parameters/tx_pool_kb
+	if [ -w "$p" ] && [ "$(cat "$p")" != 0 ]; then
+		echo "# ${cmd[0]##*/} left tx_pool_kb at $(cat "$p"): reset to 0"
+		echo 0 > "$p"
+	fi
 done
 echo "# vm times:$times"
 # unload is refused while a file is open
