@@ -262,7 +262,7 @@ snap_at() {
 	shift 3
 	rm -f "$file"
 	(
-		end=$((SECONDS + secs)) same=0 prev=
+		end=$((SECONDS + secs)) same=0 prev= cur=
 		while [ $SECONDS -lt $end ]; do
 			sleep 2
 			cur=$(ss -tnoie "( sport = :$port or dport = :$port )" 2>&1)
@@ -291,10 +291,7 @@ snap_at() {
 				exit 0
 			fi
 		done
-		{
-			echo "# trigger: deadline"
-			ss -tnoie "( sport = :$port or dport = :$port )"
-		} > "$file" 2>&1
+		printf '# trigger: deadline\n%s\n' "$cur" > "$file"
 		sleep "$secs"
 	) &
 	snap_pid=$!

@@ -1533,7 +1533,6 @@ TEST(read_responder_killed_mid_reads)
 	double t_kill, deadline;
 	bool killed = false;
 	int info[2], st;
-	cpu_set_t cs;
 	pid_t pid;
 
 	ASSERT_GE(base, 0);
@@ -1553,9 +1552,7 @@ TEST(read_responder_killed_mid_reads)
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
 			_exit(1);
 		close(info[0]);
-		CPU_ZERO(&cs);
-		CPU_SET(0, &cs);
-		sched_setaffinity(0, sizeof(cs), &cs);
+		pin_cpu(0);
 		if (end_init(&b, MIB, KIWARP_ACCESS_ALL) ||
 		    kw_listen(b.dev, (void *)&sin, sizeof(sin), 4, &l))
 			_exit(2);
@@ -1572,9 +1569,7 @@ TEST(read_responder_killed_mid_reads)
 			kw_wait_cq(b.scq, 1000);
 	}
 	close(info[1]);
-	CPU_ZERO(&cs);
-	CPU_SET(1, &cs);
-	sched_setaffinity(0, sizeof(cs), &cs);	/* one CPU: stays where it is */
+	pin_cpu(1);	/* one CPU: stays where it is */
 	ASSERT_EQ(read(info[0], rg, sizeof(rg)), (ssize_t)sizeof(rg));
 	sin.sin_port = htons((uint16_t)rg[0]);
 	ASSERT_EQ(end_init(&a, MIB, KIWARP_ACCESS_ALL), 0);
